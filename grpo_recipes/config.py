@@ -1,0 +1,109 @@
+"""From the composed Hydra config (a plain dict) to GRPOConfig keyword arguments.
+
+- The `grpo` group holds GRPOConfig fields; every field is reachable, an unknown key is an
+  error naming the key (field names change between TRL versions).
+- Common knobs live at the top level (`max_steps=100`) and are copied in here.
+- Hardware is detected: CPU -> use_cpu, fp32; GPU -> bf16 where supported. A setting that
+  cannot work on this hardware is an error.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib.util
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from grpo_recipes.errors import ConfigError
+
+# Top-level knobs that are GRPOConfig fields: `python train_grpo.py max_steps=100`.
+COMMON_KNOBS = ("max_steps", "learning_rate", "seed", "run_name", "output_dir", "report_to")
+
+
+@dataclass(frozen=True)
+class Hardware:
+    gpu: bool
+    bf16: bool
+    world_size: int
+
+    @property
+    def name(self) -> str:
+        return "cuda" if self.gpu else "cpu"
+
+
+def detect_hardware() -> Hardware:
+    import torch
+
+    gpu = torch.cuda.is_available()
+    return Hardware(gpu=gpu, bf16=gpu and torch.cuda.is_bf16_supported(),
+                    world_size=int(os.environ.get("WORLD_SIZE", "1")))
+
+
+def grpo_field_names() -> set[str]:
+    from trl import GRPOConfig
+
+    return {f.name for f in dataclasses.fields(GRPOConfig) if f.init}
+
+
+def build_grpo_kwargs(cfg: dict[str, Any], hw: Hardware, reward_weights: list[float] | None = None) -> dict[str, Any]:
+    grpo = dict(cfg.get("grpo") or {})
+    for knob in COMMON_KNOBS:
+        if knob in grpo:
+            raise ConfigError(f"grpo.{knob} is a top-level knob here: set `{knob}=...` instead of `grpo.{knob}=...`")
+        grpo[knob] = cfg[knob]
+    fields = grpo_field_names()
+    for key in grpo:
+        if key not in fields:
+            close = difflib.get_close_matches(key, sorted(fields), n=3, cutoff=0.6)
+            hint = f" Did you mean: {', '.join(close)}?" if close else ""
+            raise ConfigError(f"grpo.{key}: not a GRPOConfig field of the installed TRL.{hint}")
+    if isinstance(grpo.get("report_to"), str):
+        grpo["report_to"] = [grpo["report_to"]]
+
+    _apply_hardware(grpo, hw)
+    _check_batch(grpo, hw)
+    if reward_weights is not None:
+        if grpo.get("reward_weights") is not None:
+            raise ConfigError("grpo.reward_weights: set each reward's weight under dataset.rewards.<name>.weight")
+        grpo["reward_weights"] = reward_weights
+    return grpo
+
+
+def _apply_hardware(grpo: dict[str, Any], hw: Hardware) -> None:
+    if grpo.get("use_vllm"):
+        if not hw.gpu:
+            raise ConfigError("use_vllm=true needs a CUDA GPU and none was found; drop it to generate with transformers")
+        if importlib.util.find_spec("vllm") is None:
+            raise ConfigError("use_vllm=true but vllm is not installed: pip install -e '.[vllm]'")
+    if hw.gpu:
+        if grpo.get("bf16") is None:
+            grpo["bf16"] = hw.bf16 and not grpo.get("fp16")
+        if grpo.get("use_cpu"):
+            grpo["bf16"] = False
+    else:
+        if grpo.get("fp16"):
+            raise ConfigError("grpo.fp16=true needs a GPU; on this CPU-only machine leave it false (fp32 is used)")
+        grpo["use_cpu"] = True
+        if grpo.get("bf16") is None:
+            grpo["bf16"] = False
+
+
+def _check_batch(grpo: dict[str, Any], hw: Hardware) -> None:
+    """TRL counts completions, not prompts: each generation batch must hold whole groups."""
+    per_device = int(grpo.get("per_device_train_batch_size", 8))
+    num_generations = int(grpo.get("num_generations") or 8)
+    if grpo.get("generation_batch_size") is not None:
+        batch, where = int(grpo["generation_batch_size"]), "grpo.generation_batch_size"
+    else:
+        steps = int(grpo.get("steps_per_generation") or grpo.get("gradient_accumulation_steps", 1))
+        batch = per_device * hw.world_size * steps
+        where = (f"grpo.per_device_train_batch_size ({per_device}) x processes ({hw.world_size}) x "
+                 f"steps_per_generation ({steps})")
+    if num_generations < 2:
+        raise ConfigError(f"grpo.num_generations={num_generations}: GRPO needs at least 2 completions per prompt")
+    if batch % num_generations:
+        raise ConfigError(
+            f"{where} = {batch} completions per generation batch is not divisible by grpo.num_generations "
+            f"({num_generations}); TRL counts completions, not prompts. Use a multiple of {num_generations}."
+        )

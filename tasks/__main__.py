@@ -1,0 +1,12 @@
+"""`python -m tasks` lists every task; `python -m tasks NAME` shows its config keys and an example."""
+import sys
+
+from tasks import TaskSet, available_tasks, task_config_keys
+
+if len(sys.argv) > 1:
+    name = sys.argv[1]
+    print(f"{name}: config keys {task_config_keys(name)}")
+    entry = TaskSet({name: {}}).sample(1, seed=0)[0]
+    print(f"question: {entry['question']}\nanswer:   {entry['answer']}")
+else:
+    print("\n".join(available_tasks()))

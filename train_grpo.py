@@ -1,0 +1,32 @@
+"""GRPO training with TRL, configured with Hydra.
+
+    python train_grpo.py                                  # embedded default, CPU is enough
+    python train_grpo.py max_steps=100 learning_rate=5e-6
+    python train_grpo.py dataset=reverse_digits model=tiny_random
+    python train_grpo.py model=/path/to/model             # any causal LM (dir or hub id)
+    python train_grpo.py --cfg job                        # print the composed config
+    python train_grpo.py -m learning_rate=1e-6,5e-6 seed=1,2
+
+Heavy libraries are imported inside the job, so `--cfg job` and `--help` stay fast.
+"""
+import sys
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+from grpo_recipes.cli import rewrite_model_path
+
+CONFIG_DIR = Path(__file__).resolve().parent / "config"
+
+
+@hydra.main(version_base="1.3", config_path="config", config_name="train")
+def main(cfg: DictConfig) -> float:
+    from grpo_recipes.run import run_from_hydra
+
+    return run_from_hydra(cfg)
+
+
+if __name__ == "__main__":
+    sys.argv = rewrite_model_path(sys.argv, CONFIG_DIR)
+    main()
