@@ -4,6 +4,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+# Open mappings: any GRPOConfig field, any task, any reward may be named on the command line,
+# not only those already in the YAML. `key=value` becomes Hydra's add-or-override `++key=value`,
+# and the recipe's own validation names a bad key (with close matches) instead of Hydra's struct error.
+OPEN_PREFIXES = ("grpo.", "dataset.tasks.", "dataset.rewards.")
+
 
 def rewrite_model_path(argv: list[str], config_dir: Path) -> list[str]:
     """`model=<hub id or path>` -> `model=custom model.path=<it>` when it names no model config.
@@ -18,6 +23,8 @@ def rewrite_model_path(argv: list[str], config_dir: Path) -> list[str]:
         if value and value not in options and "," not in value and not value.startswith(("choice(", "range(")):
             name = Path(value.rstrip("/")).name or value
             out += ["model=custom", f"model.path={value}", f"model.name={name}"]
+        elif arg.startswith(OPEN_PREFIXES) and "=" in arg:
+            out.append("++" + arg)
         else:
             out.append(arg)
     return out

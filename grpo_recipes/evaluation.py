@@ -15,7 +15,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from transformers import TrainerCallback
+from transformers import TrainerCallback, TrainerControl
 
 from rewards.extraction import RULES, extract_answer
 from rewards.format import format_ok
@@ -176,5 +176,7 @@ class FixedEvalCallback(TrainerCallback):
                      step, metrics["accuracy"], metrics["format"], metrics["mean_length"], len(examples),
                      metrics["seconds"])
         logs = {f"eval/{k}": v for k, v in metrics.items()}
-        trainer.callback_handler.on_log(trainer.args, trainer.state, trainer.control, logs)
+        # A fresh TrainerControl: CallbackHandler.on_log resets `should_log`, which would drop this
+        # step's train log line if the trainer's own control object were passed.
+        trainer.callback_handler.on_log(trainer.args, trainer.state, TrainerControl(), logs)
         return metrics

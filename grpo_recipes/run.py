@@ -133,5 +133,12 @@ def run_from_hydra(cfg: DictConfig) -> float:
     try:
         return train(cfg)
     except ConfigError as err:
+        _remove_if_empty(cfg)
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
+
+
+def _remove_if_empty(cfg: DictConfig) -> None:
+    """Hydra creates the run dir before the job starts; leave no empty dir behind a config error."""
+    with contextlib.suppress(Exception):
+        Path(cfg.output_dir).rmdir()  # only succeeds when empty

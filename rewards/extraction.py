@@ -49,13 +49,18 @@ def _clean(text: str) -> str:
     return normalize_number(s)
 
 
+def _first_clause(text: str) -> str:
+    """'4, and 5' -> '4'; 'Yes. Because ...' -> 'Yes'; keeps '1,000' and '10*(8 - 5) - 6' whole."""
+    return re.split(r"[,;]\s|[.!?](?:\s|$)", text.strip(), maxsplit=1)[0]
+
+
 def _phrase(text: str) -> str | None:
     best_pos, best = -1, None
     for m in _ANSWER_IS.finditer(text):
         captured = m.group(1)
         number = _LAST_NUMBER.match(captured.strip().strip("*`"))
         # "the answer is 12." -> 12 ; "the answer is Yes." -> Yes (up to the end of the sentence)
-        value = number.group(0) if number else re.split(r"(?<=\w)[.!?](?:\s|$)", captured)[0]
+        value = number.group(0) if number else _first_clause(captured)
         if _clean(value) and m.start() > best_pos:
             best_pos, best = m.start(), _clean(value)
     for m in _EQUALS.finditer(text):
@@ -68,7 +73,7 @@ def extract_answer(text: object) -> Extraction:
     if not isinstance(text, str):
         text = "" if text is None else str(text)
     text = text[:_MAX_CHARS]
-    tags = [(m.start(), m.group(1)) for m in _TAG_LINE.finditer(text)]
+    tags = [(m.start(), _first_clause(m.group(1))) for m in _TAG_LINE.finditer(text)]
     tags += [(m.start(), m.group(1)) for m in _TAG_XML.finditer(text)]
     tags = [(pos, _clean(v)) for pos, v in tags if _clean(v)]
     if tags:

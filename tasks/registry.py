@@ -33,8 +33,12 @@ def task_config_keys(name: str) -> list[str]:
     return sorted(f.name for f in dataclasses.fields(config_cls) if f.name not in _MANAGED_KEYS)
 
 
+# Names people use for tasks that reasoning-gym registers under another name.
+ALIASES = {"game_of_24": "puzzle24", "24_game": "puzzle24", "countdown_game": "countdown"}
+
+
 def _suggest(bad: str, choices: list[str]) -> str:
-    close = difflib.get_close_matches(bad, choices, n=3, cutoff=0.5)
+    close = ([ALIASES[bad]] if bad in ALIASES else []) + difflib.get_close_matches(bad, choices, n=3, cutoff=0.5)
     return f" Did you mean: {', '.join(close)}?" if close else ""
 
 

@@ -1,0 +1,101 @@
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from grpo_recipes.cli import rewrite_model_path
+from grpo_recipes.config import Hardware, build_grpo_kwargs
+from grpo_recipes.errors import ConfigError
+
+CONFIG = Path(__file__).resolve().parents[1] / "config"
+CPU = Hardware(gpu=False, bf16=False, world_size=1)
+GPU = Hardware(gpu=True, bf16=True, world_size=1)
+
+
+def composed(*overrides: str) -> dict:
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONFIG)):
+        cfg = compose("train", overrides=list(overrides))
+    cfg.output_dir = "/tmp/unused"  # ${hydra:runtime.output_dir} exists only inside a Hydra job
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def test_defaults_compose_into_a_valid_grpo_config():
+    from trl import GRPOConfig
+
+    cfg = composed()
+    assert cfg["model"]["path"] == "embedded:smollm2-135m-instruct"
+    assert cfg["dataset"]["name"] == "arithmetic" and cfg["run_name"] == "arithmetic-smollm2-135m"
+    kwargs = build_grpo_kwargs(cfg, CPU, reward_weights=[1.0, 0.2])
+    args = GRPOConfig(**kwargs)
+    assert args.use_cpu and not args.bf16
+    assert args.max_steps == cfg["max_steps"] and args.learning_rate == cfg["learning_rate"]
+    assert args.reward_weights == [1.0, 0.2]
+    assert args.activation_checkpointing is False
+    assert args.generation_batch_size % args.num_generations == 0
+
+
+def test_top_level_knobs_and_group_overrides():
+    cfg = composed("max_steps=7", "learning_rate=5e-6", "seed=3", "run_name=x", "dataset=sum_digits",
+                   "model=tiny_random", "++grpo.num_iterations=2")
+    kwargs = build_grpo_kwargs(cfg, CPU)
+    assert (kwargs["max_steps"], kwargs["learning_rate"], kwargs["seed"], kwargs["run_name"]) == (7, 5e-6, 3, "x")
+    assert kwargs["num_iterations"] == 2
+    assert list(cfg["dataset"]["tasks"]) == ["sum_digits"] and cfg["dataset"]["rewards"]["accuracy"]
+    assert cfg["model"]["path"] == "tiny-random"
+
+
+def test_every_dataset_option_is_valid():
+    from tasks import validate_tasks
+
+    for option in sorted(p.stem for p in (CONFIG / "dataset").glob("*.yaml") if p.stem != "base"):
+        validate_tasks(composed(f"dataset={option}")["dataset"]["tasks"])
+
+
+def test_logger_group_sets_report_to():
+    assert composed("logger=tensorboard")["report_to"] == "tensorboard"
+    assert build_grpo_kwargs(composed("logger=tensorboard"), CPU)["report_to"] == ["tensorboard"]
+
+
+def test_unknown_grpo_key_is_named_with_close_matches():
+    cfg = composed("++grpo.max_prompt_length=64")
+    with pytest.raises(ConfigError, match="grpo.max_prompt_length: not a GRPOConfig field.*max_completion_length"):
+        build_grpo_kwargs(cfg, CPU)
+
+
+def test_top_level_knob_inside_grpo_is_refused():
+    with pytest.raises(ConfigError, match="top-level knob"):
+        build_grpo_kwargs(composed("++grpo.max_steps=3"), CPU)
+
+
+@pytest.mark.parametrize("overrides,world", [(["grpo.per_device_train_batch_size=12"], 1),
+                                             (["grpo.per_device_train_batch_size=4"], 1),
+                                             (["++grpo.generation_batch_size=20"], 1)])
+def test_batch_not_divisible_by_num_generations(overrides, world):
+    cfg = composed(*overrides)
+    with pytest.raises(ConfigError, match="not divisible by grpo.num_generations"):
+        build_grpo_kwargs(cfg, Hardware(False, False, world))
+
+
+def test_batch_counts_processes():
+    cfg = composed("grpo.per_device_train_batch_size=4")
+    build_grpo_kwargs(cfg, Hardware(False, False, 2))  # 4 x 2 processes = 8: fine
+
+
+def test_hardware_rules():
+    assert build_grpo_kwargs(composed(), GPU)["bf16"] is True
+    assert "use_cpu" not in build_grpo_kwargs(composed(), GPU)
+    with pytest.raises(ConfigError, match="fp16=true needs a GPU"):
+        build_grpo_kwargs(composed("++grpo.fp16=true"), CPU)
+    with pytest.raises(ConfigError, match="use_vllm=true needs a CUDA GPU"):
+        build_grpo_kwargs(composed("++grpo.use_vllm=true"), CPU)
+
+
+def test_cli_rewrites_model_paths_and_open_mappings():
+    argv = ["train_grpo.py", "model=Qwen/Qwen2.5-0.5B-Instruct", "model=tiny_random", "grpo.beta=0.1",
+            "dataset.tasks.syllogism.weight=2", "+grpo.x=1", "max_steps=3", "model=a,b"]
+    assert rewrite_model_path(argv, CONFIG) == [
+        "train_grpo.py", "model=custom", "model.path=Qwen/Qwen2.5-0.5B-Instruct", "model.name=Qwen2.5-0.5B-Instruct",
+        "model=tiny_random", "++grpo.beta=0.1", "++dataset.tasks.syllogism.weight=2", "+grpo.x=1", "max_steps=3",
+        "model=a,b",
+    ]
