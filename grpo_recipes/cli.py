@@ -14,10 +14,13 @@ def rewrite_model_path(argv: list[str], config_dir: Path) -> list[str]:
     """`model=<hub id or path>` -> `model=custom model.path=<it>` when it names no model config.
 
     `model=smollm2_135m` still picks config/model/smollm2_135m.yaml; sweeps (`a,b`) are left alone.
+    Also: `grpo.x=1` -> `++grpo.x=1` (see OPEN_PREFIXES), and -m/--multirun moves to the front.
     """
     options = {p.stem for p in (config_dir / "model").glob("*.yaml")}
-    out = argv[:1]
-    for arg in argv[1:]:
+    # Hydra's argparse rejects overrides on both sides of -m; accept it anywhere.
+    flags = [a for a in argv[1:] if a in ("-m", "--multirun")]
+    out = argv[:1] + flags
+    for arg in (a for a in argv[1:] if a not in flags):
         match = re.fullmatch(r"model=(.+)", arg)
         value = match.group(1) if match else None
         if value and value not in options and "," not in value and not value.startswith(("choice(", "range(")):

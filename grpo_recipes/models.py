@@ -7,15 +7,12 @@
 """
 from __future__ import annotations
 
-import logging
 import os
 from pathlib import Path
 from typing import Any
 
 from grpo_recipes.embedded import PREFIX, ensure_embedded
 from grpo_recipes.errors import ConfigError
-
-log = logging.getLogger(__name__)
 TINY = "tiny-random"
 
 
@@ -78,6 +75,4 @@ def load_model_and_tokenizer(model_cfg: dict[str, Any], on_gpu: bool, seed: int 
         raise ConfigError(f"model '{path}' has no chat template: set model.chat_template")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    n = sum(p.numel() for p in model.parameters())
-    log.info("Model %s: %.1f M parameters, %s", path, n / 1e6, str(dtype).replace("torch.", ""))
     return model, tokenizer

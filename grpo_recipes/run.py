@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +41,25 @@ def check_run_dir(run_dir: Path, resume: bool) -> Path | None:
     return None
 
 
-def prepare(cfg: dict[str, Any]):
-    """Validation and everything cheap: returns what training needs, writes nothing."""
+@dataclass
+class Prepared:
+    """Everything a run needs, built and checked before anything is written."""
+
+    hw: Any
+    taskset: Any
+    train_dataset: Any
+    eval_rows: list
+    reward_funcs: list
+    grpo_kwargs: dict
+    checkpoint: Path | None
+    model: Any
+    tokenizer: Any
+
+
+def prepare(cfg: dict[str, Any]) -> Prepared:
     from grpo_recipes.config import build_grpo_kwargs, detect_hardware
     from grpo_recipes.data import build_datasets
-    from grpo_recipes.models import check_model_path
+    from grpo_recipes.models import check_model_path, load_model_and_tokenizer
     from rewards import RewardContext, build_rewards
 
     hw = detect_hardware()
@@ -54,7 +69,8 @@ def prepare(cfg: dict[str, Any]):
     reward_funcs, weights = build_rewards(cfg["dataset"]["rewards"], ctx)
     grpo_kwargs = build_grpo_kwargs(cfg, hw, reward_weights=weights)
     checkpoint = check_run_dir(Path(cfg["output_dir"]), bool(cfg.get("resume")))
-    return hw, taskset, train_dataset, eval_rows, reward_funcs, grpo_kwargs, checkpoint
+    model, tokenizer = load_model_and_tokenizer(cfg["model"], on_gpu=hw.gpu, seed=cfg["seed"])
+    return Prepared(hw, taskset, train_dataset, eval_rows, reward_funcs, grpo_kwargs, checkpoint, model, tokenizer)
 
 
 @contextlib.contextmanager
@@ -74,7 +90,8 @@ def train(cfg: DictConfig) -> float:
     # TRL 1.16 still calls transformers' deprecated alias on every step; the warning is not the user's to fix.
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
     container = OmegaConf.to_container(cfg, resolve=True)
-    prepared = prepare(container)
+    with console(None):
+        prepared = prepare(container)
     run_dir = Path(container["output_dir"])
     main = is_main_process()
     if main:
@@ -82,39 +99,41 @@ def train(cfg: DictConfig) -> float:
     with console(run_dir if main else None):
         if main:
             OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
-        return _train(container, run_dir, *prepared)
+        return _train(container, run_dir, prepared)
 
 
-def _train(cfg, run_dir, hw, taskset, train_dataset, eval_rows, reward_funcs, grpo_kwargs, checkpoint) -> float:
+def _train(cfg: dict[str, Any], run_dir: Path, p: Prepared) -> float:
     from transformers.trainer_callback import ProgressCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from grpo_recipes.evaluation import FixedEvalCallback, FixedEvaluator
-    from grpo_recipes.models import load_model_and_tokenizer
     from grpo_recipes.outputs import ConciseProgressCallback, MetricsFileCallback
 
-    log.info("Run dir %s | %s x%d | tasks %s | %d train / %d eval problems", run_dir, hw.name, hw.world_size,
-             ", ".join(taskset.names), len(train_dataset), len(eval_rows))
-    model, tokenizer = load_model_and_tokenizer(cfg["model"], on_gpu=hw.gpu, seed=cfg["seed"])
-    args = GRPOConfig(**grpo_kwargs)
+    n_params = sum(t.numel() for t in p.model.parameters()) / 1e6
+    log.info("Run dir %s | %s x%d | model %s (%.1f M parameters, %s) | tasks %s | %d train / %d eval problems",
+             run_dir, p.hw.name, p.hw.world_size, cfg["model"]["path"], n_params,
+             str(p.model.dtype).replace("torch.", ""), ", ".join(p.taskset.names), len(p.train_dataset),
+             len(p.eval_rows))
+    args = GRPOConfig(**p.grpo_kwargs)
     eval_cfg = cfg["eval"]
     evaluator = FixedEvaluator(
-        eval_rows, taskset, tokenizer, cfg["dataset"]["prompt_format"],
+        p.eval_rows, p.taskset, p.tokenizer, cfg["dataset"]["prompt_format"],
         max_new_tokens=eval_cfg.get("max_new_tokens") or args.max_completion_length,
         batch_size=eval_cfg["batch_size"], do_sample=eval_cfg["do_sample"], temperature=eval_cfg["temperature"],
     )
     eval_callback = FixedEvalCallback(evaluator, run_dir, every_n_steps=eval_cfg["every_n_steps"])
     trainer = GRPOTrainer(
-        model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset,
-        processing_class=tokenizer, callbacks=[MetricsFileCallback(run_dir / "metrics.jsonl"), eval_callback],
+        model=p.model, reward_funcs=p.reward_funcs, args=args, train_dataset=p.train_dataset,
+        processing_class=p.tokenizer,
+        callbacks=[MetricsFileCallback(run_dir / "metrics.jsonl"), eval_callback],
     )
     eval_callback.attach(trainer)
     if not args.disable_tqdm:
         trainer.remove_callback(ProgressCallback)
         trainer.add_callback(ConciseProgressCallback)
-    if checkpoint is not None:
-        log.info("Resuming from %s", checkpoint)
-    result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    if p.checkpoint is not None:
+        log.info("Resuming from %s", p.checkpoint)
+    result = trainer.train(resume_from_checkpoint=str(p.checkpoint) if p.checkpoint else None)
 
     trainer.save_model(str(run_dir / "final"))
     history = eval_callback.history

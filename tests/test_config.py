@@ -93,9 +93,9 @@ def test_hardware_rules():
 
 def test_cli_rewrites_model_paths_and_open_mappings():
     argv = ["train_grpo.py", "model=Qwen/Qwen2.5-0.5B-Instruct", "model=tiny_random", "grpo.beta=0.1",
-            "dataset.tasks.syllogism.weight=2", "+grpo.x=1", "max_steps=3", "model=a,b"]
+            "dataset.tasks.syllogism.weight=2", "+grpo.x=1", "max_steps=3", "model=a,b", "-m"]
     assert rewrite_model_path(argv, CONFIG) == [
-        "train_grpo.py", "model=custom", "model.path=Qwen/Qwen2.5-0.5B-Instruct", "model.name=Qwen2.5-0.5B-Instruct",
+        "train_grpo.py", "-m", "model=custom", "model.path=Qwen/Qwen2.5-0.5B-Instruct", "model.name=Qwen2.5-0.5B-Instruct",
         "model=tiny_random", "++grpo.beta=0.1", "++dataset.tasks.syllogism.weight=2", "+grpo.x=1", "max_steps=3",
         "model=a,b",
     ]

@@ -1,0 +1,126 @@
+"""train_grpo.py run as a user would: a subprocess, overrides on the command line, real files."""
+import json
+import re
+
+import pytest
+
+from tests.conftest import read_jsonl, run_train
+
+pytestmark = pytest.mark.slow
+TINY = ["model=tiny_random", "eval.size=4", "grpo.max_completion_length=8"]
+
+
+@pytest.fixture(scope="module")
+def embedded_run(tmp_path_factory):
+    """2 training steps on the embedded SmolLM2-135M, with an eval at every step."""
+    root = tmp_path_factory.mktemp("outputs")
+    proc = run_train("max_steps=2", f"output_root={root}", "eval.size=8", "eval.every_n_steps=1",
+                     "grpo.max_completion_length=16", "grpo.save_steps=1", "dataset.train_size=64")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return root / "arithmetic-smollm2-135m", proc
+
+
+def test_embedded_run_writes_every_output(embedded_run):
+    run_dir, _ = embedded_run
+    for name in ["config.yaml", "train.log", "metrics.jsonl", "train_results.json",
+                 "eval_results/eval_step_0.json", "eval_results/eval_step_1.json", "eval_results/eval_step_2.json",
+                 "checkpoint-2/model.safetensors", "checkpoint-2/optimizer.pt", "checkpoint-2/trainer_state.json",
+                 "final/model.safetensors", "final/config.json", "final/tokenizer.json", "final/chat_template.jinja"]:
+        assert (run_dir / name).is_file(), name
+
+
+def test_embedded_run_json_fields(embedded_run):
+    run_dir, _ = embedded_run
+    results = json.loads((run_dir / "train_results.json").read_text())
+    assert {"baseline_eval_accuracy", "final_eval_accuracy", "train_runtime", "final_eval_step"} <= set(results)
+    assert results["final_eval_step"] == 2
+    evals = {s: json.loads((run_dir / f"eval_results/eval_step_{s}.json").read_text()) for s in (0, 1, 2)}
+    assert results["baseline_eval_accuracy"] == evals[0]["metrics"]["accuracy"]
+    assert results["final_eval_accuracy"] == evals[2]["metrics"]["accuracy"]
+    for step, ev in evals.items():
+        assert ev["step"] == step and len(ev["examples"]) == 8
+        assert 0.0 <= ev["metrics"]["accuracy"] <= 1.0
+        assert ev["metrics"]["basic_arithmetic/accuracy"] == ev["metrics"]["accuracy"]
+        for e in ev["examples"]:
+            assert e["task"] == "basic_arithmetic" and re.fullmatch(r"Calculate \d+ \+ \d+\.", e["question"])
+            assert e["correct"] == (e["score"] >= 1.0)
+            assert e["correct"] == (e["extracted"] == e["answer"])
+            assert 1 <= e["length"] <= 16
+    # the same fixed problems at every eval
+    assert [e["question"] for e in evals[0]["examples"]] == [e["question"] for e in evals[2]["examples"]]
+
+
+def test_embedded_run_metrics_and_log(embedded_run):
+    run_dir, proc = embedded_run
+    lines = read_jsonl(run_dir / "metrics.jsonl")
+    assert [r["step"] for r in lines if r["split"] == "eval"] == [0, 1, 2]
+    train = [r for r in lines if r["split"] == "train" and "reward" in r]
+    assert [r["step"] for r in train] == [1, 2]
+    for r in train:
+        assert {"rewards/accuracy/mean", "rewards/format/mean", "completions/mean_length", "loss"} <= set(r)
+    log = (run_dir / "train.log").read_text()
+    assert "[eval step 0] accuracy" in log and "step 2/2 | reward" in log and "Fixed eval accuracy" in log
+    assert "\r" not in log
+    config = (run_dir / "config.yaml").read_text()
+    assert "max_steps: 2" in config and "path: embedded:smollm2-135m-instruct" in config
+
+
+def test_rerun_same_run_name_refuses_and_keeps_the_run(embedded_run):
+    run_dir, _ = embedded_run
+    before = (run_dir / "metrics.jsonl").read_text()
+    proc = run_train("max_steps=2", f"output_root={run_dir.parent}")
+    assert proc.returncode == 2
+    assert "already holds a run: pass resume=true" in proc.stderr
+    assert (run_dir / "metrics.jsonl").read_text() == before
+
+
+def test_override_run(tmp_path):
+    proc = run_train(*TINY, f"output_root={tmp_path}", "dataset=sum_digits", "run_name=my_run", "max_steps=1",
+                     "learning_rate=5e-6", "seed=3", "grpo.num_generations=4", "grpo.per_device_train_batch_size=8")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run_dir = tmp_path / "my_run"
+    config = (run_dir / "config.yaml").read_text()
+    for expected in ["learning_rate: 5.0e-06", "seed: 3", "num_generations: 4", "name: sum_digits"]:
+        assert expected in config
+    ev = json.loads((run_dir / "eval_results/eval_step_0.json").read_text())
+    assert {e["task"] for e in ev["examples"]} == {"sum_digits"}
+    args = json.loads((run_dir / "final/config.json").read_text())
+    assert args["hidden_size"] == 32  # the tiny model was trained, not the default
+
+
+def test_multirun_gives_each_job_its_own_dir(tmp_path):
+    proc = run_train(*TINY, f"output_root={tmp_path}", "max_steps=1", "run_name=sweep", "-m", "seed=1,2")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    jobs = sorted((tmp_path / "sweep-sweep").iterdir())
+    assert [j.name for j in jobs if j.is_dir()] == ["0", "1"]
+    seeds = [re.search(r"^seed: (\d+)", (j / "config.yaml").read_text(), re.M).group(1) for j in jobs if j.is_dir()]
+    assert seeds == ["1", "2"]
+    for j in jobs:
+        if j.is_dir():
+            assert (j / "train_results.json").is_file() and (j / "eval_results/eval_step_1.json").is_file()
+
+
+def test_cfg_job_prints_the_config_and_runs_nothing(tmp_path):
+    proc = run_train("--cfg", "job", "max_steps=5", f"output_root={tmp_path}")
+    assert proc.returncode == 0 and "max_steps: 5" in proc.stdout and "basic_arithmetic:" in proc.stdout
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("override,message", [
+    ("dataset.tasks.game_of_24.weight=1", "unknown task 'game_of_24'. Did you mean: puzzle24"),
+    ("dataset.tasks.basic_arithmetic.config.num_premises=2", "unknown key 'num_premises'"),
+    ("dataset.rewards.acuracy.weight=1", "unknown reward 'acuracy'. Did you mean: accuracy"),
+    ("grpo.max_prompt_length=64", "grpo.max_prompt_length: not a GRPOConfig field"),
+    ("grpo.per_device_train_batch_size=12", "not divisible by grpo.num_generations (8)"),
+    ("model=/no/such/model", "model.path '/no/such/model' does not exist"),
+    ("grpo.use_vllm=true", "use_vllm=true needs a CUDA GPU"),
+    ("dataset.prompt_format=xml", "dataset.prompt_format 'xml' is not one of: plain, answer_tag, think"),
+])
+def test_config_mistakes_end_in_one_clear_message(tmp_path, override, message):
+    args = [a for a in TINY if not (override.startswith("model=") and a.startswith("model="))]
+    proc = run_train(*args, f"output_root={tmp_path}", override)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: ")
+    assert "Traceback" not in proc.stderr
+    assert not any(tmp_path.iterdir())  # nothing written, no empty run dir left behind
