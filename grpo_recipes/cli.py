@@ -24,10 +24,18 @@ def rewrite_model_path(argv: list[str], config_dir: Path) -> list[str]:
         match = re.fullmatch(r"model=(.+)", arg)
         value = match.group(1) if match else None
         if value and value not in options and "," not in value and not value.startswith(("choice(", "range(")):
-            name = Path(value.rstrip("/")).name or value
+            name = model_name_from_path(value)
             out += ["model=custom", f"model.path={value}", f"model.name={name}"]
         elif arg.startswith(OPEN_PREFIXES) and "=" in arg:
             out.append("++" + arg)
         else:
             out.append(arg)
     return out
+
+
+def model_name_from_path(value: str) -> str:
+    """'Qwen/Qwen2.5-0.5B' -> 'Qwen2.5-0.5B'; 'outputs/run1/final' -> 'run1-final' (checkpoints too)."""
+    path = Path(value.rstrip("/"))
+    if re.fullmatch(r"final|checkpoint-\d+", path.name) and path.parent.name:
+        return f"{path.parent.name}-{path.name}"
+    return path.name or value

@@ -1,14 +1,17 @@
 """The fixed evaluation: the same problems, generated greedily in batches, at step 0 (before any
-update), every `eval.every_n_steps` steps and at the end of training.
+update), every `eval.every_n_steps` steps and at the end of training; also standalone
+(`eval_only=true`) on any checkpoint or the base model, with the same problems and JSON.
 
-Writes `eval_results/eval_step_<N>.json` (metrics + every example) and sends `eval/...`
-metrics through the trainer's callbacks, so every tracker and metrics.jsonl get them.
+Writes `eval_results/eval_step_<N>.json` (metrics + every example) and sends the metrics as
+`eval_<name>` through the trainer's callbacks, which every tracker shows as `eval/<name>`.
+Optionally draws `pass_k.samples` sampled completions per problem for unbiased pass@k.
 Every rank generates its shard (ZeRO-3 gathers weights collectively); rank 0 writes.
 """
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import time
 from collections import Counter, defaultdict
@@ -34,8 +37,18 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
-def summarize(examples: list[dict[str, Any]]) -> dict[str, float]:
-    """Overall and per-task accuracy (score >= 1), mean score, format compliance, length, rule shares."""
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples of which c are correct (Chen et al. 2021): 1 - C(n-c, k) / C(n, k)."""
+    if k > n:
+        raise ValueError(f"pass@{k} needs at least {k} samples, got {n}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def summarize(examples: list[dict[str, Any]], ks: list[int] = ()) -> dict[str, float]:
+    """Overall and per-task accuracy (greedy, score >= 1), mean score, format compliance, length,
+    extraction-rule shares, and pass@k for each k when examples carry sampled counts."""
 
     def block(rows: list[dict[str, Any]], prefix: str) -> dict[str, float]:
         n = max(len(rows), 1)
@@ -48,6 +61,8 @@ def summarize(examples: list[dict[str, Any]]) -> dict[str, float]:
             f"{prefix}truncated": sum(r["truncated"] for r in rows) / n,
         }
         out.update({f"{prefix}rule/{rule}": rules.get(rule, 0) / n for rule in RULES})
+        for k in ks:
+            out[f"{prefix}pass@{k}"] = sum(pass_at_k(r["num_samples"], r["samples_correct"], k) for r in rows) / n
         return out
 
     by_task = defaultdict(list)
@@ -63,54 +78,112 @@ class FixedEvaluator:
     """Generates and scores the fixed eval set with a model; knows nothing about training."""
 
     def __init__(self, rows, taskset, tokenizer, prompt_format: str, max_new_tokens: int, batch_size: int = 64,
-                 do_sample: bool = False, temperature: float = 1.0):
+                 do_sample: bool = False, temperature: float = 1.0, pass_k: dict | None = None,
+                 print_examples: int = 0):
         self.rows, self.taskset, self.tokenizer = rows, taskset, tokenizer
         self.prompt_format, self.max_new_tokens, self.batch_size = prompt_format, max_new_tokens, batch_size
         self.do_sample, self.temperature = do_sample, temperature
+        pass_k = pass_k or {}
+        self.num_samples = int(pass_k.get("samples") or 0)
+        self.sample_temperature = float(pass_k.get("temperature", 1.0))
+        self.ks = [k for k in (pass_k.get("k") or []) if k <= self.num_samples] if self.num_samples else []
+        self.print_examples = print_examples
         self.texts = [
             tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False) for r in rows
         ]
 
-    def generate(self, model, indices: list[int]) -> list[tuple[str, int, bool]]:
-        """(completion text, completion tokens, truncated) for the rows at `indices`, in order."""
-        import torch
+    def _config(self, do_sample: bool, temperature: float, num_return_sequences: int = 1):
         from transformers import GenerationConfig
 
-        tok = self.tokenizer
-        eos = model.generation_config.eos_token_id or tok.eos_token_id
-        config = GenerationConfig(
-            max_new_tokens=self.max_new_tokens, do_sample=self.do_sample,
-            temperature=self.temperature if self.do_sample else None, top_p=None, top_k=None,
-            eos_token_id=eos, pad_token_id=tok.pad_token_id, use_cache=True,
+        return GenerationConfig(
+            max_new_tokens=self.max_new_tokens, do_sample=do_sample, num_return_sequences=num_return_sequences,
+            temperature=temperature if do_sample else None, top_p=None, top_k=None,
+            eos_token_id=self._eos, pad_token_id=self.tokenizer.pad_token_id, use_cache=True,
         )
-        eos_ids = set(eos if isinstance(eos, list) else [eos])
+
+    def generate(self, model, indices: list[int], sampled: bool = False, progress: bool = False):
+        """Per index: (completion text, completion tokens, truncated), or a list of `num_samples` of them."""
+        import torch
+        from tqdm.auto import tqdm
+
+        tok = self.tokenizer
+        self._eos = model.generation_config.eos_token_id or tok.eos_token_id
+        eos_ids = set(self._eos if isinstance(self._eos, list) else [self._eos])
+        n_ret = self.num_samples if sampled else 1
+        config = (self._config(True, self.sample_temperature, n_ret) if sampled
+                  else self._config(self.do_sample, self.temperature))
+        batch_size = max(1, self.batch_size // n_ret)
         device = next(model.parameters()).device
         out = []
-        for start in range(0, len(indices), self.batch_size):
-            batch = [self.texts[i] for i in indices[start:start + self.batch_size]]
+        starts = range(0, len(indices), batch_size)
+        bar = tqdm(starts, desc="pass@k samples" if sampled else "eval", leave=False, disable=not progress or len(starts) < 2)
+        for start in bar:
+            batch = [self.texts[i] for i in indices[start:start + batch_size]]
             enc = tok(batch, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
             enc = {k: v.to(device) for k, v in enc.items()}
             with torch.no_grad():
                 generated = model.generate(**enc, generation_config=config)
-            for ids in generated[:, enc["input_ids"].shape[1]:].tolist():
-                length = next((j + 1 for j, t in enumerate(ids) if t in eos_ids), None)
-                truncated = length is None
-                length = len(ids) if truncated else length
-                while truncated and length and ids[length - 1] == tok.pad_token_id and tok.pad_token_id not in eos_ids:
-                    length -= 1
-                out.append((tok.decode(ids[:length], skip_special_tokens=True), length, truncated))
+            decoded = [self._decode(ids, eos_ids) for ids in generated[:, enc["input_ids"].shape[1]:].tolist()]
+            out += [decoded[i:i + n_ret] for i in range(0, len(decoded), n_ret)] if sampled else decoded
         return out
 
-    def score(self, index: int, completion: str, length: int, truncated: bool) -> dict[str, Any]:
+    def _decode(self, ids: list[int], eos_ids: set[int]) -> tuple[str, int, bool]:
+        tok = self.tokenizer
+        length = next((j + 1 for j, t in enumerate(ids) if t in eos_ids), None)
+        truncated = length is None
+        length = len(ids) if truncated else length
+        return tok.decode(ids[:length], skip_special_tokens=True), length, truncated
+
+    def score(self, index: int, completion: str, length: int, truncated: bool, samples=None) -> dict[str, Any]:
         row = self.rows[index]
         extraction = extract_answer(completion)
         score = self.taskset.score(extraction.answer, row)
-        return {
+        out = {
             "index": index, "task": row["task"], "question": row["question"], "answer": row["answer"],
             "completion": completion, "extracted": extraction.answer, "rule": extraction.rule,
             "score": score, "correct": score >= 1.0, "format_ok": format_ok(completion, self.prompt_format),
             "length": length, "truncated": truncated,
         }
+        if samples is not None:
+            out["num_samples"] = len(samples)
+            out["samples_correct"] = sum(self.taskset.score(extract_answer(s).answer, row) >= 1.0 for s, _, _ in samples)
+        return out
+
+    def run(self, model, accelerator, step: int, out_dir: Path | None) -> tuple[dict[str, float], list[dict]]:
+        """Generate on every rank's shard, gather, score, write (main process). Returns metrics, examples."""
+        from accelerate.utils import gather_object
+
+        start = time.time()
+        n = len(self.rows)
+        # Equal shards on every rank (padded with repeats) so collective generation cannot hang.
+        shard = list(range(accelerator.process_index, n, accelerator.num_processes))
+        per_rank = -(-n // accelerator.num_processes)
+        shard += shard[-1:] * (per_rank - len(shard)) if shard else [0] * per_rank
+        main = accelerator.is_main_process
+        greedy = self.generate(model, shard, progress=main)
+        sampled = self.generate(model, shard, sampled=True, progress=main) if self.num_samples else [None] * len(shard)
+        local = [self.score(i, *g, samples=s) for i, g, s in zip(shard, greedy, sampled)]
+        examples = gather_object(local) if accelerator.num_processes > 1 else local
+        examples = sorted({e["index"]: e for e in examples}.values(), key=lambda e: e["index"])
+        metrics = summarize(examples, self.ks)
+        metrics["seconds"] = round(time.time() - start, 2)
+        if main and out_dir is not None:
+            write_json_atomic(out_dir / f"eval_step_{step}.json", {"step": step, "metrics": metrics,
+                                                                   "examples": examples})
+        if main:
+            self.report(step, metrics, examples)
+        return metrics, examples
+
+    def report(self, step: int, metrics: dict[str, float], examples: list[dict]) -> None:
+        passk = "".join(f"  pass@{k} {metrics[f'pass@{k}']:.3f}" for k in self.ks)
+        log.info("[eval step %d] accuracy %.3f%s  format %.3f  mean length %.1f  (%d problems, %.1f s)", step,
+                 metrics["accuracy"], passk, metrics["format"], metrics["mean_length"], len(examples),
+                 metrics["seconds"])
+        for e in examples[: self.print_examples]:
+            mark = "correct" if e["correct"] else "wrong"
+            log.info("  Q: %s\n    completion: %s\n    extracted %r by %s; answer %r: %s (score %.2f)",
+                     e["question"][:200], e["completion"][:300].replace("\n", "\\n"), e["extracted"], e["rule"],
+                     e["answer"], mark, e["score"])
 
 
 class FixedEvalCallback(TrainerCallback):
@@ -121,62 +194,45 @@ class FixedEvalCallback(TrainerCallback):
         self.dir = Path(output_dir) / "eval_results"
         self.every = int(every_n_steps or 0)
         self.trainer = None
-        self.done_steps: set[int] = set()
         self.history: dict[int, dict[str, float]] = {}
 
     def attach(self, trainer) -> "FixedEvalCallback":
         self.trainer = trainer
         return self
 
-    # -- events -------------------------------------------------------------------------------
     def on_train_begin(self, args, state, control, **kwargs):
-        if state.global_step == 0 or not (self.dir / f"eval_step_{state.global_step}.json").exists():
+        # A resumed run keeps its earlier evals (read back for the summary) and runs none twice.
+        for path in self.dir.glob("eval_step_*.json"):
+            step = int(path.stem.rsplit("_", 1)[1])
+            if step <= state.global_step:
+                self.history[step] = json.loads(path.read_text())["metrics"]
+        if state.global_step not in self.history:
             self.evaluate(state.global_step)
 
     def on_step_end(self, args, state, control, **kwargs):
-        if self.every and state.global_step % self.every == 0:
+        # The last step is evaluated here, before the trackers' own on_train_end closes them.
+        last = state.max_steps and state.global_step >= state.max_steps
+        if (self.every and state.global_step % self.every == 0) or last:
             self.evaluate(state.global_step)
 
     def on_train_end(self, args, state, control, **kwargs):
-        if state.global_step not in self.done_steps:
+        if state.global_step not in self.history:  # stopped early
             self.evaluate(state.global_step)
 
-    # -- work ---------------------------------------------------------------------------------
     def evaluate(self, step: int) -> dict[str, float]:
-        from accelerate.utils import gather_object
         from trl.models import unwrap_model_for_generation
 
         trainer = self.trainer
-        acc = trainer.accelerator
-        start = time.time()
-        n = len(self.evaluator.rows)
-        # Equal shards on every rank (padded with repeats) so collective generation cannot hang.
-        shard = list(range(acc.process_index, n, acc.num_processes))
-        per_rank = -(-n // acc.num_processes)
-        shard += shard[-1:] * (per_rank - len(shard)) if shard else [0] * per_rank
-        model = trainer.model_wrapped
         was_training = trainer.model.training
         trainer.model.eval()
         try:
-            with unwrap_model_for_generation(model, acc) as unwrapped:
-                generated = self.evaluator.generate(unwrapped, shard)
+            with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
+                metrics, _ = self.evaluator.run(model, trainer.accelerator, step, self.dir)
         finally:
             trainer.model.train(was_training)
-        local = [self.evaluator.score(i, *g) for i, g in zip(shard, generated)]
-        examples = gather_object(local) if acc.num_processes > 1 else local
-        examples = sorted({e["index"]: e for e in examples}.values(), key=lambda e: e["index"])
-        metrics = summarize(examples)
-        metrics["seconds"] = round(time.time() - start, 2)
-        self.done_steps.add(step)
         self.history[step] = metrics
-        if acc.is_main_process:
-            write_json_atomic(self.dir / f"eval_step_{step}.json", {"step": step, "metrics": metrics,
-                                                                     "examples": examples})
-            log.info("[eval step %d] accuracy %.3f  format %.3f  mean length %.1f  (%d problems, %.1f s)",
-                     step, metrics["accuracy"], metrics["format"], metrics["mean_length"], len(examples),
-                     metrics["seconds"])
-        logs = {f"eval/{k}": v for k, v in metrics.items()}
-        # A fresh TrainerControl: CallbackHandler.on_log resets `should_log`, which would drop this
-        # step's train log line if the trainer's own control object were passed.
+        # `eval_` names: trackers and metrics.jsonl show them as eval/<name>. A fresh TrainerControl:
+        # CallbackHandler.on_log resets `should_log`, which would drop this step's train log line.
+        logs = {f"eval_{k}": v for k, v in metrics.items()}
         trainer.callback_handler.on_log(trainer.args, trainer.state, TrainerControl(), logs)
         return metrics

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
+from transformers.integrations.integration_utils import rewrite_logs
 from transformers.trainer_callback import ProgressCallback
 
 
@@ -24,22 +25,32 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def is_eval_log(logs: dict[str, Any]) -> bool:
+    return any(k.startswith("eval_") for k in logs)
+
+
 class MetricsFileCallback(TrainerCallback):
-    """Appends every `on_log` event to metrics.jsonl: `{"step", "split": train|eval, ...}`."""
+    """Appends every `on_log` event to metrics.jsonl: `{"step", "split": train|eval, "train/..." | "eval/..."}`.
+
+    Names are transformers' `rewrite_logs` form, the same that wandb and TensorBoard show.
+    """
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if not state.is_world_process_zero or not logs:
-            return
-        split = "eval" if any(k.startswith("eval/") for k in logs) else "train"
-        record = {"step": state.global_step, "split": split, "time": round(time.time(), 3)}
-        record.update({k: _jsonable(v) for k, v in logs.items()})
-        with open(self.path, "a") as f:
-            f.write(json.dumps(record) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        if state.is_world_process_zero and logs:
+            append_metrics(self.path, state.global_step, logs)
+
+
+def append_metrics(path: Path, step: int, logs: dict[str, Any]) -> None:
+    """One line, written whole and synced: an interrupted run keeps every line before it."""
+    record = {"step": step, "split": "eval" if is_eval_log(logs) else "train", "time": round(time.time(), 3)}
+    record.update({k: _jsonable(v) for k, v in rewrite_logs(logs).items()})
+    with open(path, "a") as f:
+        f.write(json.dumps(record) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
 
 
 class ConciseProgressCallback(ProgressCallback):
@@ -52,7 +63,7 @@ class ConciseProgressCallback(ProgressCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or self.training_bar is None or not logs:
             return
-        if any(k.startswith("eval/") for k in logs):
+        if is_eval_log(logs):
             return  # the evaluation callback prints its own summary
         if "train_runtime" in logs:
             self.training_bar.write(f"trained {state.global_step} steps in {logs['train_runtime']:.0f} s")

@@ -4,6 +4,7 @@ and write the outputs. Everything a user can get wrong is checked before anythin
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import sys
@@ -84,7 +85,6 @@ def console(run_dir: Path | None):
     finally:
         sys.stdout, sys.stderr = saved
 
-
 def train(cfg: DictConfig) -> float:
     """Run one job of train_grpo.py; returns the final fixed-eval accuracy (for sweepers)."""
     # TRL 1.16 still calls transformers' deprecated alias on every step; the warning is not the user's to fix.
@@ -99,29 +99,88 @@ def train(cfg: DictConfig) -> float:
     with console(run_dir if main else None):
         if main:
             OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
-        return _train(container, run_dir, prepared)
+            _save_overrides(run_dir)
+        try:
+            if container.get("eval_only"):
+                return _eval_only(container, run_dir, prepared)
+            return _train(container, run_dir, prepared)
+        finally:
+            _finish_trackers()
+
+
+def _finish_trackers() -> None:
+    """Close this job's wandb run: the next job of a multirun must start its own, not log into this one."""
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and getattr(wandb, "run", None) is not None:
+        wandb.finish()
+        wandb.teardown()  # settings (WANDB_DIR) are cached per process; the next job reads them anew
+
+
+def _save_overrides(run_dir: Path) -> None:
+    """The command-line overrides of this job (for sweep summaries); only inside a Hydra job."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        OmegaConf.save(OmegaConf.create(list(HydraConfig.get().overrides.task)), run_dir / "overrides.yaml")
+
+
+def make_evaluator(cfg: dict[str, Any], p: Prepared, max_completion_length: int):
+    from grpo_recipes.evaluation import FixedEvaluator
+
+    e = cfg["eval"]
+    return FixedEvaluator(
+        p.eval_rows, p.taskset, p.tokenizer, cfg["dataset"]["prompt_format"],
+        max_new_tokens=e.get("max_new_tokens") or max_completion_length, batch_size=e["batch_size"],
+        do_sample=e["do_sample"], temperature=e["temperature"], pass_k=e.get("pass_k"),
+        print_examples=e.get("print_examples", 0),
+    )
+
+
+def _describe(cfg: dict[str, Any], run_dir: Path, p: Prepared) -> None:
+    n_params = sum(t.numel() for t in p.model.parameters()) / 1e6
+    log.info("Run dir %s | %s x%d | model %s (%.1f M parameters, %s) | tasks %s | %d train / %d eval problems",
+             run_dir, p.hw.name, p.hw.world_size, cfg["model"]["path"], n_params,
+             str(p.model.dtype).replace("torch.", ""), ", ".join(p.taskset.names), len(p.train_dataset),
+             len(p.eval_rows))
+
+
+def model_step(model_path: str) -> int:
+    """The training step a saved model was taken at (its trainer_state.json); 0 for a base model."""
+    state = Path(model_path).expanduser() / "trainer_state.json"
+    return int(json.loads(state.read_text())["global_step"]) if state.is_file() else 0
+
+
+def _eval_only(cfg: dict[str, Any], run_dir: Path, p: Prepared) -> float:
+    """The fixed evaluation alone, on a checkpoint or a base model: same problems, same JSON."""
+    from accelerate import Accelerator
+
+    from grpo_recipes.outputs import append_metrics
+    from grpo_recipes.report import write_report
+
+    _describe(cfg, run_dir, p)
+    accelerator = Accelerator(cpu=not p.hw.gpu)
+    model = p.model.to(accelerator.device).eval()
+    step = model_step(cfg["model"]["path"])
+    evaluator = make_evaluator(cfg, p, p.grpo_kwargs.get("max_completion_length") or 256)
+    metrics, _ = evaluator.run(model, accelerator, step, run_dir / "eval_results")
+    if accelerator.is_main_process:
+        append_metrics(run_dir / "metrics.jsonl", step, {f"eval_{k}": v for k, v in metrics.items()})
+        write_report(run_dir)
+    return float(metrics["accuracy"])
 
 
 def _train(cfg: dict[str, Any], run_dir: Path, p: Prepared) -> float:
     from transformers.trainer_callback import ProgressCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from grpo_recipes.evaluation import FixedEvalCallback, FixedEvaluator
+    from grpo_recipes.evaluation import FixedEvalCallback
     from grpo_recipes.outputs import ConciseProgressCallback, MetricsFileCallback
+    from grpo_recipes.report import write_report
 
-    n_params = sum(t.numel() for t in p.model.parameters()) / 1e6
-    log.info("Run dir %s | %s x%d | model %s (%.1f M parameters, %s) | tasks %s | %d train / %d eval problems",
-             run_dir, p.hw.name, p.hw.world_size, cfg["model"]["path"], n_params,
-             str(p.model.dtype).replace("torch.", ""), ", ".join(p.taskset.names), len(p.train_dataset),
-             len(p.eval_rows))
+    _describe(cfg, run_dir, p)
     args = GRPOConfig(**p.grpo_kwargs)
-    eval_cfg = cfg["eval"]
-    evaluator = FixedEvaluator(
-        p.eval_rows, p.taskset, p.tokenizer, cfg["dataset"]["prompt_format"],
-        max_new_tokens=eval_cfg.get("max_new_tokens") or args.max_completion_length,
-        batch_size=eval_cfg["batch_size"], do_sample=eval_cfg["do_sample"], temperature=eval_cfg["temperature"],
-    )
-    eval_callback = FixedEvalCallback(evaluator, run_dir, every_n_steps=eval_cfg["every_n_steps"])
+    evaluator = make_evaluator(cfg, p, args.max_completion_length)
+    eval_callback = FixedEvalCallback(evaluator, run_dir, every_n_steps=cfg["eval"]["every_n_steps"])
     trainer = GRPOTrainer(
         model=p.model, reward_funcs=p.reward_funcs, args=args, train_dataset=p.train_dataset,
         processing_class=p.tokenizer,
@@ -135,16 +194,19 @@ def _train(cfg: dict[str, Any], run_dir: Path, p: Prepared) -> float:
         log.info("Resuming from %s", p.checkpoint)
     result = trainer.train(resume_from_checkpoint=str(p.checkpoint) if p.checkpoint else None)
 
-    trainer.save_model(str(run_dir / "final"))
+    final = run_dir / "final"
+    trainer.save_model(str(final))
     history = eval_callback.history
     first, last = min(history), max(history)
     metrics = dict(result.metrics)
     metrics.update({"baseline_eval_accuracy": history[first]["accuracy"],
                     "final_eval_accuracy": history[last]["accuracy"], "final_eval_step": last})
     if trainer.is_world_process_zero():
+        trainer.state.save_to_json(str(final / "trainer_state.json"))  # lets eval_only know the step
         trainer.save_metrics("train", metrics, combined=False)
-        log.info("Fixed eval accuracy: step %d %.3f -> step %d %.3f | outputs in %s",
-                 first, history[first]["accuracy"], last, history[last]["accuracy"], run_dir)
+        report = write_report(run_dir)
+        log.info("Fixed eval accuracy: step %d %.3f -> step %d %.3f | report: %s",
+                 first, history[first]["accuracy"], last, history[last]["accuracy"], report)
     return float(history[last]["accuracy"])
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from rewards.common import completion_text, entries
 from rewards.extraction import extract_answer
 from rewards.format import format_ok
+from rewards.train_stats import log_train_stats
 
 
 def make_accuracy_reward(scorer, mode: str = "binary"):
@@ -14,15 +15,17 @@ def make_accuracy_reward(scorer, mode: str = "binary"):
     """
 
     def reward(prompts, completions, **kwargs):
-        out = []
-        for completion, entry in zip(completions, entries(kwargs, len(completions))):
-            score = scorer(extract_answer(completion_text(completion)).answer, entry)
-            if mode == "graded":
-                out.append(score)
-            elif mode == "binary":
-                out.append(1.0 if score >= 1.0 else 0.0)
-            else:
-                out.append(1.0 if score >= 1.0 else -1.0)
+        rows = entries(kwargs, len(completions))
+        answers = [extract_answer(completion_text(c)).answer for c in completions]
+        scores = [scorer(a, e) for a, e in zip(answers, rows)]
+        correct = [s >= 1.0 for s in scores]
+        if mode == "graded":
+            out = scores
+        else:
+            out = [1.0 if ok else (0.0 if mode == "binary" else -1.0) for ok in correct]
+        if callable(kwargs.get("log_metric")):  # inside GRPOTrainer: per-task accuracy, group variance
+            log_train_stats(kwargs["log_metric"], [r.get("question", "") for r in rows],
+                            [r.get("task", "unknown") for r in rows], out, correct, answers)
         return out
 
     return reward

@@ -103,6 +103,94 @@ def test_eval_metrics_reach_metrics_jsonl(tiny_run):
     lines = read_jsonl(out / "metrics.jsonl")
     evals = [(r["step"], r["eval/accuracy"]) for r in lines if r["split"] == "eval"]
     assert [s for s, _ in evals] == [0, 2, 3]
-    train_steps = [r["step"] for r in lines if r["split"] == "train" and "reward" in r]
-    assert train_steps == [1, 2, 3]
-    assert any("rewards/accuracy/mean" in r and "rewards/format/mean" in r for r in lines)
+    train = [r for r in lines if r["split"] == "train" and "train/reward" in r]
+    assert [r["step"] for r in train] == [1, 2, 3]
+    # the names wandb and TensorBoard show: train/<TRL key>, eval/<our key>
+    for r in train:
+        assert {"train/rewards/accuracy/mean", "train/rewards/format/mean", "train/accuracy/basic_arithmetic",
+                "train/groups/reward_varied", "train/groups/answer_varied", "train/entropy"} <= set(r)
+        assert 0.0 <= r["train/groups/answer_varied"] <= 1.0
+    assert all(k.startswith("eval/") for r in lines if r["split"] == "eval" for k in r if "/" in k)
+
+
+def brute_pass_at_k(n, c, k):
+    """Probability that a random k-subset of n samples (c correct) holds a correct one, by enumeration."""
+    from itertools import combinations
+
+    samples = [True] * c + [False] * (n - c)
+    subsets = list(combinations(range(n), k))
+    return sum(any(samples[i] for i in s) for s in subsets) / len(subsets)
+
+
+@pytest.mark.parametrize("n,c,k", [(4, 1, 1), (4, 1, 4), (4, 0, 2), (5, 2, 2), (8, 3, 4), (8, 8, 1), (6, 1, 3)])
+def test_pass_at_k_is_the_unbiased_estimator(n, c, k):
+    from grpo_recipes.evaluation import pass_at_k
+
+    assert pass_at_k(n, c, k) == pytest.approx(brute_pass_at_k(n, c, k))
+
+
+def test_summarize_reports_pass_at_k_per_task():
+    rows = [dict(example("a", False, 0, False, 5), num_samples=4, samples_correct=2),
+            dict(example("b", True, 1, True, 5), num_samples=4, samples_correct=0)]
+    m = summarize(rows, ks=[1, 4])
+    assert m["a/pass@1"] == 0.5 and m["a/pass@4"] == 1.0 and m["b/pass@4"] == 0.0
+    assert m["pass@1"] == 0.25 and m["pass@4"] == 0.5
+
+
+def test_sampled_pass_at_k_generation(tiny):
+    model, tokenizer = tiny
+    taskset, rows = eval_rows(4)
+    ev = FixedEvaluator(rows, taskset, tokenizer, "answer_tag", max_new_tokens=6, batch_size=8,
+                        pass_k={"samples": 3, "temperature": 1.0, "k": [1, 2, 8]})
+    assert ev.ks == [1, 2]  # k > samples is dropped
+    samples = ev.generate(model, [0, 1, 2, 3], sampled=True)
+    assert len(samples) == 4 and all(len(s) == 3 for s in samples)
+    scored = ev.score(0, *ev.generate(model, [0])[0], samples=samples[0])
+    assert scored["num_samples"] == 3 and 0 <= scored["samples_correct"] <= 3
+
+
+def test_train_stats_groups_and_tasks():
+    from rewards.train_stats import log_train_stats
+
+    logged = {}
+    questions = ["q1"] * 4 + ["q2"] * 4
+    tasks = ["t1"] * 4 + ["t2"] * 4
+    rewards = [1, 0, 0, 0] + [0, 0, 0, 0]
+    answers = ["1", "2", "2", "2"] + ["5", "5", "5", "5"]
+    log_train_stats(logged.__setitem__, questions, tasks, rewards, [r == 1 for r in rewards], answers)
+    assert logged == {"accuracy/t1": 0.25, "accuracy/t2": 0.0, "groups/reward_varied": 0.5,
+                      "groups/answer_varied": 0.5}
+
+
+def test_report_is_written_with_plots(tiny_run):
+    out, _, _ = tiny_run
+    report = (out / "report.md").read_text()
+    assert "Fixed-eval accuracy" in report and "| task | accuracy | change |" in report
+    for png in ["accuracy.png", "reward.png", "length_format.png", "entropy_kl.png"]:
+        assert f"]({png})" in report
+        data = (out / png).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    assert "## Examples" in report and "step 0:" in report and "step 3:" in report
+
+
+def test_report_on_demand_for_a_partial_run(tiny_run, tmp_path):
+    import shutil
+    import subprocess
+    import sys
+
+    partial = tmp_path / "partial"
+    shutil.copytree(tiny_run[0], partial)
+    (partial / "train_results.json").unlink()
+    (partial / "eval_results" / "eval_step_3.json").unlink()
+    with open(partial / "metrics.jsonl", "a") as f:
+        f.write('{"step": 9, "split": "tra')  # a line cut by a crash
+    proc = subprocess.run([sys.executable, "-m", "grpo_recipes.report", str(partial)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    report = (partial / "report.md").read_text()
+    assert "at step 0 -> " in report and "at step 2**" in report and "(unfinished)" in report
+
+
+def test_console_shows_examples_at_each_eval(tiny_run):
+    log = (tiny_run[0] / "train.log").read_text()
+    assert log.count("[eval step") == 3
+    assert "Q: Calculate" in log and "extracted" in log

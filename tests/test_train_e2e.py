@@ -54,10 +54,11 @@ def test_embedded_run_metrics_and_log(embedded_run):
     run_dir, proc = embedded_run
     lines = read_jsonl(run_dir / "metrics.jsonl")
     assert [r["step"] for r in lines if r["split"] == "eval"] == [0, 1, 2]
-    train = [r for r in lines if r["split"] == "train" and "reward" in r]
+    train = [r for r in lines if r["split"] == "train" and "train/reward" in r]
     assert [r["step"] for r in train] == [1, 2]
     for r in train:
-        assert {"rewards/accuracy/mean", "rewards/format/mean", "completions/mean_length", "loss"} <= set(r)
+        assert {"train/rewards/accuracy/mean", "train/rewards/format/mean", "train/completions/mean_length",
+                "train/loss", "train/accuracy/basic_arithmetic", "train/groups/reward_varied"} <= set(r)
     log = (run_dir / "train.log").read_text()
     assert "[eval step 0] accuracy" in log and "step 2/2 | reward" in log and "Fixed eval accuracy" in log
     assert "\r" not in log
@@ -98,6 +99,9 @@ def test_multirun_gives_each_job_its_own_dir(tmp_path):
     for j in jobs:
         if j.is_dir():
             assert (j / "train_results.json").is_file() and (j / "eval_results/eval_step_1.json").is_file()
+            assert (j / "report.md").is_file()
+    summary = (tmp_path / "sweep-sweep" / "summary.md").read_text()
+    assert "`seed=1`" in summary and "`seed=2`" in summary and summary.count("| finished |") == 2
 
 
 def test_cfg_job_prints_the_config_and_runs_nothing(tmp_path):
@@ -124,3 +128,62 @@ def test_config_mistakes_end_in_one_clear_message(tmp_path, override, message):
     assert proc.stderr.strip().splitlines()[-1].startswith("error: ")
     assert "Traceback" not in proc.stderr
     assert not any(tmp_path.iterdir())  # nothing written, no empty run dir left behind
+
+
+def _without_timing(metrics):
+    return {k: v for k, v in metrics.items() if k != "seconds"}
+
+
+def test_eval_only_on_the_final_model_reproduces_the_final_eval(embedded_run, tmp_path):
+    run_dir, _ = embedded_run
+    proc = run_train("eval_only=true", f"model={run_dir}/final", f"output_root={tmp_path}", "run_name=final_eval",
+                     "eval.size=8", "grpo.max_completion_length=16")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    trained = json.loads((run_dir / "eval_results/eval_step_2.json").read_text())
+    again = json.loads((tmp_path / "final_eval/eval_results/eval_step_2.json").read_text())
+    assert again["step"] == 2
+    assert _without_timing(again["metrics"]) == _without_timing(trained["metrics"])
+    assert [e["completion"] for e in again["examples"]] == [e["completion"] for e in trained["examples"]]
+    assert (tmp_path / "final_eval/report.md").is_file()
+    assert not (tmp_path / "final_eval/checkpoint-2").exists()
+
+
+def test_eval_only_on_the_base_model_reproduces_the_baseline(embedded_run, tmp_path):
+    run_dir, _ = embedded_run
+    proc = run_train("eval_only=true", f"output_root={tmp_path}", "run_name=base_eval", "eval.size=8",
+                     "grpo.max_completion_length=16")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    baseline = json.loads((run_dir / "eval_results/eval_step_0.json").read_text())
+    again = json.loads((tmp_path / "base_eval/eval_results/eval_step_0.json").read_text())
+    assert [e["completion"] for e in again["examples"]] == [e["completion"] for e in baseline["examples"]]
+    lines = read_jsonl(tmp_path / "base_eval/metrics.jsonl")
+    assert len(lines) == 1 and lines[0]["eval/accuracy"] == baseline["metrics"]["accuracy"]
+
+
+def test_tensorboard_logger_writes_the_same_metric_names(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    proc = run_train(*TINY, f"output_root={tmp_path}", "max_steps=2", "logger=tensorboard", "run_name=tb")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    events = EventAccumulator(str(tmp_path / "tb/tensorboard"))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {"eval/accuracy", "eval/basic_arithmetic/accuracy", "train/reward", "train/rewards/accuracy/mean",
+            "train/accuracy/basic_arithmetic", "train/groups/reward_varied"} <= tags
+    assert [e.step for e in events.Scalars("eval/accuracy")] == [0, 2]
+    jsonl_names = {k for r in read_jsonl(tmp_path / "tb/metrics.jsonl") for k in r if "/" in k}
+    assert {"eval/accuracy", "train/reward", "train/groups/reward_varied"} <= jsonl_names
+
+
+def test_wandb_offline_logger_gives_each_sweep_job_its_own_run(tmp_path):
+    proc = run_train(*TINY, f"output_root={tmp_path}", "max_steps=1", "logger=wandb", "run_name=wb", "-m", "seed=1,2",
+                     env={"WANDB_MODE": "offline"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for job in ("0", "1"):
+        runs = list((tmp_path / "wb-sweep" / job / "wandb").glob("offline-run-*/run-*.wandb"))
+        assert len(runs) == 1
+        # the offline log holds its protobuf records uncompressed: the metric names appear as bytes
+        data = runs[0].read_bytes()
+        for name in (b"eval/accuracy", b"train/reward", b"train/groups/reward_varied"):
+            assert name in data
+        assert b"eval_accuracy" not in data

@@ -1,0 +1,246 @@
+"""A run's report: `report.md` with PNG plots, readable without opening any other file.
+
+Written at the end of every run, and on demand for any run directory (finished or not):
+
+    python -m grpo_recipes.report outputs/<run_name> [more run dirs]
+
+Reads only what the run wrote: metrics.jsonl, eval_results/*.json, train_results.json, config.yaml.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+EVAL_METRICS = [("accuracy", "accuracy", "{:.1%}"), ("mean_score", "mean score", "{:.3f}"),
+                ("format", "format compliance", "{:.1%}"), ("mean_length", "mean length (tokens)", "{:.1f}"),
+                ("truncated", "cut off at max length", "{:.1%}")]
+
+
+def load_run(run_dir: Path) -> dict[str, Any]:
+    lines = []
+    if (run_dir / "metrics.jsonl").exists():
+        for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+            try:
+                lines.append(json.loads(line))
+            except json.JSONDecodeError:  # a line cut by a crash: skip it, keep the rest
+                continue
+    evals = {}
+    for path in (run_dir / "eval_results").glob("eval_step_*.json"):
+        ev = json.loads(path.read_text())
+        evals[int(ev["step"])] = ev
+    results = json.loads((run_dir / "train_results.json").read_text()) if (run_dir / "train_results.json").exists() else {}
+    return {"train": [r for r in lines if r.get("split") == "train" and "train/reward" in r],
+            "evals": dict(sorted(evals.items())), "results": results}
+
+
+def tasks_of(evals: dict[int, dict]) -> list[str]:
+    return sorted({e["task"] for ev in evals.values() for e in ev["examples"]})
+
+
+def _smooth(values: list[float]) -> list[float]:
+    window = max(1, len(values) // 10)
+    out = []
+    for i in range(len(values)):
+        chunk = [v for v in values[max(0, i - window + 1): i + 1] if v is not None]
+        out.append(sum(chunk) / len(chunk) if chunk else None)
+    return out
+
+
+def _series(train: list[dict], key: str) -> tuple[list[int], list[float]]:
+    pts = [(r["step"], r[key]) for r in train if isinstance(r.get(key), (int, float))]
+    return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def _plot_train(ax, train, key, label, color=None, raw=True):
+    steps, values = _series(train, key)
+    if not steps:
+        return False
+    if raw and len(steps) > 1:
+        ax.plot(steps, values, color=color, alpha=0.25, linewidth=1)
+    ax.plot(steps, _smooth(values), color=color, linewidth=2, label=label)
+    return True
+
+
+def make_plots(run_dir: Path, run: dict[str, Any]) -> list[tuple[str, str]]:
+    """(title, file name) of each plot written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    train, evals = run["train"], run["evals"]
+    tasks = tasks_of(evals)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    plots = []
+
+    def save(fig, name, title):
+        fig.tight_layout()
+        fig.savefig(run_dir / name, dpi=110)
+        plt.close(fig)
+        plots.append((title, name))
+
+    # 1. accuracy: the fixed eval per task (markers) and the train accuracy per task (smoothed)
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for i, task in enumerate(tasks):
+        c = colors[i % len(colors)]
+        steps = list(evals)
+        ax.plot(steps, [evals[s]["metrics"].get(f"{task}/accuracy") for s in steps], "o-", color=c, linewidth=2,
+                markersize=7, label=f"{task}: fixed eval (greedy)")
+        _plot_train(ax, train, f"train/accuracy/{task}", f"{task}: train samples (smoothed)", color=c, raw=False)
+        if ax.lines:
+            ax.lines[-1].set_linestyle("--")
+    if len(tasks) > 1:
+        steps = list(evals)
+        ax.plot(steps, [evals[s]["metrics"]["accuracy"] for s in steps], "s-", color="black", linewidth=2.5,
+                label="all tasks: fixed eval")
+    ax.set(xlabel="training step", ylabel="accuracy (score >= 1)", ylim=(-0.02, 1.02),
+           title="Accuracy per task")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    save(fig, "accuracy.png", "Accuracy per task")
+
+    if train:
+        # 2. reward: total and per reward function, plus how many groups carry a learning signal
+        fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+        _plot_train(ax1, train, "train/reward", "total reward (weighted sum)", color="black")
+        names = sorted({k.split("/")[2] for r in train for k in r if k.startswith("train/rewards/") and k.endswith("/mean")})
+        for i, name in enumerate(names):
+            _plot_train(ax1, train, f"train/rewards/{name}/mean", name, color=colors[i % len(colors)], raw=False)
+        ax1.set(ylabel="reward", title="Train reward (faint: per step, bold: moving average)")
+        ax1.grid(alpha=0.3)
+        ax1.legend(fontsize=8)
+        has = _plot_train(ax2, train, "train/groups/reward_varied", "groups whose rewards differ", color=colors[0])
+        has |= _plot_train(ax2, train, "train/groups/answer_varied", "groups whose answers differ", color=colors[1])
+        if not has:
+            _plot_train(ax2, train, "train/frac_reward_zero_std", "groups with equal rewards", color=colors[0])
+        ax2.set(xlabel="training step", ylabel="share of prompt groups", ylim=(-0.02, 1.02))
+        ax2.grid(alpha=0.3)
+        ax2.legend(fontsize=8)
+        save(fig, "reward.png", "Reward and group variance")
+
+        # 3. completion length and format compliance
+        fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+        _plot_train(ax1, train, "train/completions/mean_length", "train samples", color=colors[0])
+        steps = list(evals)
+        ax1.plot(steps, [evals[s]["metrics"]["mean_length"] for s in steps], "o-", color=colors[1], linewidth=2,
+                 label="fixed eval (greedy)")
+        ax1.set(ylabel="tokens", title="Completion length")
+        ax1.grid(alpha=0.3)
+        ax1.legend(fontsize=8)
+        ax2.plot(steps, [evals[s]["metrics"]["format"] for s in steps], "o-", color=colors[2], linewidth=2,
+                 label="fixed eval: format compliance")
+        _plot_train(ax2, train, "train/completions/clipped_ratio", "train: cut off at max length", color=colors[3])
+        ax2.set(xlabel="training step", ylabel="share", ylim=(-0.02, 1.02), title="Format compliance")
+        ax2.grid(alpha=0.3)
+        ax2.legend(fontsize=8)
+        save(fig, "length_format.png", "Completion length and format compliance")
+
+        # 4. entropy and KL to the reference (KL only when beta > 0)
+        has_kl = any(isinstance(r.get("train/kl"), (int, float)) for r in train)
+        fig, axes = plt.subplots(2 if has_kl else 1, 1, figsize=(8, 6 if has_kl else 3.5), sharex=True, squeeze=False)
+        _plot_train(axes[0][0], train, "train/entropy", "entropy", color=colors[4])
+        axes[0][0].set(ylabel="nats per token", title="Policy entropy")
+        if has_kl:
+            _plot_train(axes[1][0], train, "train/kl", "KL to reference", color=colors[5])
+            axes[1][0].set(ylabel="KL", title="KL to the reference model")
+        for (ax,) in axes:
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+        axes[-1][0].set(xlabel="training step")
+        save(fig, "entropy_kl.png", "Entropy and KL")
+    return plots
+
+
+def _table(evals: dict[int, dict], tasks: list[str]) -> list[str]:
+    """One row per task (and all tasks): each metric as `baseline -> final`, accuracy change in points."""
+    first, last = min(evals), max(evals)
+    m0, m1 = evals[first]["metrics"], evals[last]["metrics"]
+    ks = sorted({k.split("@")[1] for k in m1 if k.startswith("pass@")}, key=int)
+    metrics = EVAL_METRICS + [(f"pass@{k}", f"pass@{k}", "{:.1%}") for k in ks]
+    cols = [label for _, label, _ in metrics]
+    out = [f"Step {first} -> step {last}." if first != last else f"Step {last}.", "",
+           "| task | " + " | ".join(cols[:1] + ["change"] + cols[1:]) + " |",
+           "|---|" + "---:|" * (len(cols) + 1)]
+    for task in (["all tasks"] if len(tasks) > 1 else []) + tasks:
+        prefix = "" if task == "all tasks" else f"{task}/"
+        cells = []
+        for key, _, fmt in metrics:
+            a, b = m0.get(prefix + key), m1.get(prefix + key)
+            cell = "" if b is None else (fmt.format(b) if first == last or a is None
+                                         else f"{fmt.format(a)} -> {fmt.format(b)}")
+            cells.append(cell)
+            if key == "accuracy":
+                delta = None if first == last or a is None or b is None else (b - a) * 100
+                cells.append("" if delta is None else f"**{delta:+.1f} pts**")
+        out.append(f"| {task} | " + " | ".join(cells) + " |")
+    return out
+
+
+def _examples(evals: dict[int, dict], n: int = 3) -> list[str]:
+    first, last = min(evals), max(evals)
+    before, after = evals[first]["examples"], evals[last]["examples"]
+    # favour problems whose outcome changed, then the rest, in eval order
+    order = sorted(range(min(len(before), len(after))), key=lambda i: before[i]["correct"] == after[i]["correct"])
+    out = []
+    for i in order[:n]:
+        b, a = before[i], after[i]
+        out += [f"**{b['task']}**: {b['question'][:300]}  (answer: `{b['answer']}`)", ""]
+        for step, e in ((first, b), (last, a)) if first != last else ((last, a),):
+            mark = "correct" if e["correct"] else "wrong"
+            text = e["completion"][:400].replace("\n", " ").replace("|", "\\|")
+            out.append(f"- step {step}: {mark}, extracted `{e['extracted']}` by {e['rule']}: \"{text}\"")
+        out.append("")
+    return out
+
+
+def write_report(run_dir: str | Path) -> Path:
+    run_dir = Path(run_dir)
+    run = load_run(run_dir)
+    evals, train, results = run["evals"], run["train"], run["results"]
+    lines = [f"# Run report: {run_dir.name}", ""]
+    config = run_dir / "config.yaml"
+    if config.exists():
+        from omegaconf import OmegaConf
+
+        cfg = OmegaConf.load(config)
+        rewards = ", ".join(f"{k} x {v.get('weight', 1.0)}" for k, v in cfg.dataset.rewards.items())
+        lines += [f"- model: `{cfg.model.path}`", f"- tasks: {', '.join(cfg.dataset.tasks)}", f"- rewards: {rewards}",
+                  f"- learning rate {cfg.learning_rate}, {cfg.grpo.num_generations} completions per prompt, "
+                  f"max {cfg.grpo.max_completion_length} tokens, seed {cfg.seed}"]
+    if train:
+        lines.append(f"- trained {train[-1]['step']} steps"
+                     + (f" in {results['train_runtime']:.0f} s" if "train_runtime" in results else " (unfinished)"))
+    lines.append("")
+    if not evals:
+        lines += ["No evaluation has been written yet."]
+    else:
+        tasks = tasks_of(evals)
+        first, last = min(evals), max(evals)
+        m0, m1 = evals[first]["metrics"], evals[last]["metrics"]
+        if first != last:
+            lines += [f"**Fixed-eval accuracy: {m0['accuracy']:.1%} at step {first} -> {m1['accuracy']:.1%} at step "
+                      f"{last}** ({m1['num_examples']} problems, the same at every eval).", ""]
+        else:
+            lines += [f"**Fixed-eval accuracy at step {last}: {m1['accuracy']:.1%}** ({m1['num_examples']} problems).",
+                      ""]
+        lines += ["## Baseline vs final", ""] + _table(evals, tasks) + [""]
+        rules = [f"{r}: {m1.get(f'rule/{r}', 0):.0%}" for r in ("tag", "phrase", "last_number", "none")]
+        lines += [f"Answers found at step {last} by rule: {', '.join(rules)}.", ""]
+        plots = make_plots(run_dir, run)
+        lines += ["## Curves", ""] + [f"### {title}\n\n![{title}]({name})\n" for title, name in plots]
+        lines += ["## Examples", ""] + _examples(evals)
+    path = run_dir / "report.md"
+    tmp = path.with_name(".report.md.tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.replace(path)
+    return path
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit("usage: python -m grpo_recipes.report RUN_DIR [RUN_DIR ...]")
+    for arg in sys.argv[1:]:
+        print(write_report(arg))
