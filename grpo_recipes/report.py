@@ -133,7 +133,7 @@ def make_plots(run_dir: Path, run: dict[str, Any]) -> list[tuple[str, str]]:
         ax2.plot(steps, [evals[s]["metrics"]["format"] for s in steps], "o-", color=colors[2], linewidth=2,
                  label="fixed eval: format compliance")
         _plot_train(ax2, train, "train/completions/clipped_ratio", "train: cut off at max length", color=colors[3])
-        ax2.set(xlabel="training step", ylabel="share", ylim=(-0.02, 1.02), title="Format compliance")
+        ax2.set(xlabel="training step", ylabel="share", ylim=(-0.02, 1.02), title="Format compliance and truncation")
         ax2.grid(alpha=0.3)
         ax2.legend(fontsize=8)
         save(fig, "length_format.png", "Completion length and format compliance")
