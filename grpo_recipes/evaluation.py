@@ -195,6 +195,7 @@ class FixedEvalCallback(TrainerCallback):
         self.every = int(every_n_steps or 0)
         self.trainer = None
         self.history: dict[int, dict[str, float]] = {}
+        self.skip_final_eval = lambda: False  # e.g. a stop on a signal: the resumed run evaluates instead
 
     def attach(self, trainer) -> "FixedEvalCallback":
         self.trainer = trainer
@@ -206,8 +207,8 @@ class FixedEvalCallback(TrainerCallback):
             step = int(path.stem.rsplit("_", 1)[1])
             if step <= state.global_step:
                 self.history[step] = json.loads(path.read_text())["metrics"]
-        if state.global_step not in self.history:
-            self.evaluate(state.global_step)
+        if state.global_step == 0 and 0 not in self.history:
+            self.evaluate(0)
 
     def on_step_end(self, args, state, control, **kwargs):
         # The last step is evaluated here, before the trackers' own on_train_end closes them.
@@ -216,7 +217,7 @@ class FixedEvalCallback(TrainerCallback):
             self.evaluate(state.global_step)
 
     def on_train_end(self, args, state, control, **kwargs):
-        if state.global_step not in self.history:  # stopped early
+        if state.global_step not in self.history and not self.skip_final_eval():  # stopped early
             self.evaluate(state.global_step)
 
     def evaluate(self, step: int) -> dict[str, float]:

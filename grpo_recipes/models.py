@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from grpo_recipes.embedded import PREFIX, ensure_embedded
+from grpo_recipes.embedded import PREFIX, cache_root, ensure_embedded
 from grpo_recipes.errors import ConfigError
 TINY = "tiny-random"
 
@@ -25,6 +25,26 @@ def check_model_path(path: str) -> None:
     looks_local = path.startswith(("/", "./", "../", "~")) or os.path.isabs(path) or path.count("/") > 1
     if looks_local and not Path(path).expanduser().exists():
         raise ConfigError(f"model.path '{path}' does not exist (expected a model directory with config.json)")
+
+
+def ensure_tiny(seed: int) -> Path:
+    """The tiny random model saved once per seed: loaded from a path like any model (TRL rebuilds its
+    reference model from the path; LoRA adapters and eval_only point back to it)."""
+    from grpo_recipes.tiny import tiny_model, tiny_tokenizer
+
+    target = cache_root() / f"tiny-random-seed{seed}"
+    if not (target / "config.json").exists():
+        tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
+        tokenizer = tiny_tokenizer()
+        tiny_model(tokenizer, seed=seed).save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        try:
+            os.replace(tmp, target)
+        except OSError:  # another process saved it first: same seed, same weights
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
 
 
 def resolve_model_path(path: str) -> str:
@@ -48,27 +68,26 @@ def torch_dtype(name: str, on_gpu: bool):
 def load_model_and_tokenizer(model_cfg: dict[str, Any], on_gpu: bool, seed: int = 0):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from grpo_recipes.lora import quantization_config
+
     path = model_cfg["path"]
     check_model_path(path)
     dtype = torch_dtype(model_cfg.get("dtype", "auto"), on_gpu)
-    if path == TINY:
-        from grpo_recipes.tiny import tiny_model, tiny_tokenizer
-
-        tokenizer = tiny_tokenizer()
-        model = tiny_model(tokenizer, seed=seed).to(dtype)
-    else:
-        local = resolve_model_path(path)
-        kwargs = {"dtype": dtype}
-        if model_cfg.get("attn_implementation"):
-            kwargs["attn_implementation"] = model_cfg["attn_implementation"]
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(local)
-            model = AutoModelForCausalLM.from_pretrained(local, **kwargs)
-        except OSError as err:
-            raise ConfigError(
-                f"model.path '{path}' could not be loaded: not a local model directory, and not a hub id "
-                f"available offline ({str(err).splitlines()[0]})"
-            ) from None
+    quantization = quantization_config(model_cfg.get("lora"), on_gpu)
+    local = str(ensure_tiny(seed)) if path == TINY else resolve_model_path(path)
+    kwargs = {"dtype": dtype}
+    if model_cfg.get("attn_implementation"):
+        kwargs["attn_implementation"] = model_cfg["attn_implementation"]
+    if quantization is not None:
+        kwargs["quantization_config"] = quantization
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(local)
+        model = AutoModelForCausalLM.from_pretrained(local, **kwargs)
+    except OSError as err:
+        raise ConfigError(
+            f"model.path '{path}' could not be loaded: not a local model directory, and not a hub id "
+            f"available offline ({str(err).splitlines()[0]})"
+        ) from None
     if model_cfg.get("chat_template"):
         tokenizer.chat_template = model_cfg["chat_template"]
     if tokenizer.chat_template is None:

@@ -101,10 +101,10 @@ class _Tee:
         return getattr(self.stream, name)
 
 
-def setup_console(run_dir: Path | None) -> None:
-    """Log lines to the console, and (main process) mirror the whole console into train.log."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        datefmt="%H:%M:%S", stream=sys.stdout, force=True)
+def setup_console(run_dir: Path | None, main: bool = True) -> None:
+    """Log lines to the console (other ranks: warnings only), and mirror the whole console into train.log."""
+    logging.basicConfig(level=logging.INFO if main else logging.WARNING, datefmt="%H:%M:%S", stream=sys.stdout,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
     for noisy in ("httpx", "urllib3", "filelock", "datasets"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     if run_dir is None:

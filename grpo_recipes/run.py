@@ -55,11 +55,13 @@ class Prepared:
     checkpoint: Path | None
     model: Any
     tokenizer: Any
+    peft_config: Any = None
 
 
 def prepare(cfg: dict[str, Any]) -> Prepared:
     from grpo_recipes.config import build_grpo_kwargs, detect_hardware
     from grpo_recipes.data import build_datasets
+    from grpo_recipes.lora import lora_config
     from grpo_recipes.models import check_model_path, load_model_and_tokenizer
     from rewards import RewardContext, build_rewards
 
@@ -71,7 +73,9 @@ def prepare(cfg: dict[str, Any]) -> Prepared:
     grpo_kwargs = build_grpo_kwargs(cfg, hw, reward_weights=weights)
     checkpoint = check_run_dir(Path(cfg["output_dir"]), bool(cfg.get("resume")))
     model, tokenizer = load_model_and_tokenizer(cfg["model"], on_gpu=hw.gpu, seed=cfg["seed"])
-    return Prepared(hw, taskset, train_dataset, eval_rows, reward_funcs, grpo_kwargs, checkpoint, model, tokenizer)
+    peft_config = lora_config(cfg["model"].get("lora"), model.config.model_type)
+    return Prepared(hw, taskset, train_dataset, eval_rows, reward_funcs, grpo_kwargs, checkpoint, model, tokenizer,
+                    peft_config)
 
 
 @contextlib.contextmanager
@@ -79,7 +83,7 @@ def console(run_dir: Path | None):
     from grpo_recipes.outputs import setup_console
 
     saved = sys.stdout, sys.stderr
-    setup_console(run_dir)
+    setup_console(run_dir, main=is_main_process())
     try:
         yield
     finally:
@@ -176,26 +180,51 @@ def _train(cfg: dict[str, Any], run_dir: Path, p: Prepared) -> float:
     from grpo_recipes.evaluation import FixedEvalCallback
     from grpo_recipes.outputs import ConciseProgressCallback, MetricsFileCallback
     from grpo_recipes.report import write_report
+    from grpo_recipes.stopping import GracefulStop, trim_metrics_after
 
     _describe(cfg, run_dir, p)
+    if p.peft_config is not None:
+        log.info("LoRA r=%d alpha=%d on %s", p.peft_config.r, p.peft_config.lora_alpha,
+                 sorted(p.peft_config.target_modules) if not isinstance(p.peft_config.target_modules, str)
+                 else p.peft_config.target_modules)
     args = GRPOConfig(**p.grpo_kwargs)
     evaluator = make_evaluator(cfg, p, args.max_completion_length)
     eval_callback = FixedEvalCallback(evaluator, run_dir, every_n_steps=cfg["eval"]["every_n_steps"])
     trainer = GRPOTrainer(
         model=p.model, reward_funcs=p.reward_funcs, args=args, train_dataset=p.train_dataset,
-        processing_class=p.tokenizer,
+        processing_class=p.tokenizer, peft_config=p.peft_config,
         callbacks=[MetricsFileCallback(run_dir / "metrics.jsonl"), eval_callback],
     )
     eval_callback.attach(trainer)
     if not args.disable_tqdm:
         trainer.remove_callback(ProgressCallback)
         trainer.add_callback(ConciseProgressCallback)
+    n_train = sum(t.numel() for t in trainer.model.parameters() if t.requires_grad)
+    n_all = sum(t.numel() for t in trainer.model.parameters())
+    log.info("Training %.2f M of %.2f M parameters (%.2f%%)", n_train / 1e6, n_all / 1e6, 100 * n_train / n_all)
     if p.checkpoint is not None:
-        log.info("Resuming from %s", p.checkpoint)
-    result = trainer.train(resume_from_checkpoint=str(p.checkpoint) if p.checkpoint else None)
+        step = int(p.checkpoint.name.split("-")[-1])
+        dropped = trim_metrics_after(run_dir / "metrics.jsonl", step) if trainer.is_world_process_zero() else 0
+        log.info("Resuming from %s (%d metric lines after step %d dropped: they are logged again)",
+                 p.checkpoint, dropped, step)
+    stop = GracefulStop().install()
+    trainer.add_callback(stop)
+    eval_callback.skip_final_eval = lambda: stop.requested
+    try:
+        result = trainer.train(resume_from_checkpoint=str(p.checkpoint) if p.checkpoint else None)
+    finally:
+        stop.uninstall()
+    if stop.requested:
+        log.warning("Stopped at step %d with checkpoint-%d saved. Continue with: python train_grpo.py "
+                    "run_name=%s resume=true", trainer.state.global_step, trainer.state.global_step, cfg["run_name"])
+        raise Interrupted(stop.exit_code)
 
     final = run_dir / "final"
-    trainer.save_model(str(final))
+    trainer.save_model(str(final))  # the adapter alone when LoRA is on
+    if p.peft_config is not None and cfg["model"]["lora"].get("merge_on_save") and trainer.is_world_process_zero():
+        merged = trainer.model.merge_and_unload()
+        merged.save_pretrained(run_dir / "final-merged")
+        p.tokenizer.save_pretrained(run_dir / "final-merged")
     history = eval_callback.history
     first, last = min(history), max(history)
     metrics = dict(result.metrics)
@@ -210,6 +239,14 @@ def _train(cfg: dict[str, Any], run_dir: Path, p: Prepared) -> float:
     return float(history[last]["accuracy"])
 
 
+class Interrupted(Exception):
+    """Training stopped on a signal after saving a checkpoint; carries the exit code."""
+
+    def __init__(self, exit_code: int):
+        super().__init__(exit_code)
+        self.exit_code = exit_code
+
+
 def run_from_hydra(cfg: DictConfig) -> float:
     try:
         return train(cfg)
@@ -217,6 +254,12 @@ def run_from_hydra(cfg: DictConfig) -> float:
         _remove_if_empty(cfg)
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
+    except Interrupted as stop:
+        sys.exit(stop.exit_code)
+    except KeyboardInterrupt:
+        print("interrupted: files written so far are kept; resume=true continues from the last checkpoint",
+              file=sys.stderr)
+        sys.exit(130)
 
 
 def _remove_if_empty(cfg: DictConfig) -> None:
