@@ -19,6 +19,7 @@ from grpo_recipes.errors import ConfigError
 
 # Top-level knobs that are GRPOConfig fields: `python train_grpo.py max_steps=100`.
 COMMON_KNOBS = ("max_steps", "learning_rate", "seed", "run_name", "output_dir", "report_to")
+SWITCHES = ("use_vllm",)
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,9 @@ def build_grpo_kwargs(cfg: dict[str, Any], hw: Hardware, reward_weights: list[fl
             close = difflib.get_close_matches(key, sorted(fields), n=3, cutoff=0.6)
             hint = f" Did you mean: {', '.join(close)}?" if close else ""
             raise ConfigError(f"grpo.{key}: not a GRPOConfig field of the installed TRL.{hint}")
+    # Switches that may be turned on at the top level (`use_vllm=true`) or inside a grpo preset.
+    for switch in SWITCHES:
+        grpo[switch] = bool(cfg.get(switch)) or bool(grpo.get(switch))
     if isinstance(grpo.get("report_to"), str):
         grpo["report_to"] = [grpo["report_to"]]
 

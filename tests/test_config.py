@@ -89,6 +89,9 @@ def test_hardware_rules():
         build_grpo_kwargs(composed("++grpo.fp16=true"), CPU)
     with pytest.raises(ConfigError, match="use_vllm=true needs a CUDA GPU"):
         build_grpo_kwargs(composed("++grpo.use_vllm=true"), CPU)
+    with pytest.raises(ConfigError, match="use_vllm=true needs a CUDA GPU"):
+        build_grpo_kwargs(composed("use_vllm=true"), CPU)
+    assert build_grpo_kwargs(composed(), CPU)["use_vllm"] is False
 
 
 def test_cli_rewrites_model_paths_and_open_mappings():
@@ -99,3 +102,12 @@ def test_cli_rewrites_model_paths_and_open_mappings():
         "model=tiny_random", "++grpo.beta=0.1", "++dataset.tasks.syllogism.weight=2", "+grpo.x=1", "max_steps=3",
         "model=a,b",
     ]
+
+
+def test_vllm_without_the_package_on_a_gpu_machine(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
+    with pytest.raises(ConfigError, match="vllm is not installed"):
+        build_grpo_kwargs(composed("use_vllm=true"), GPU)

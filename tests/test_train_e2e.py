@@ -89,19 +89,25 @@ def test_override_run(tmp_path):
     assert args["hidden_size"] == 32  # the tiny model was trained, not the default
 
 
-def test_multirun_gives_each_job_its_own_dir(tmp_path):
-    proc = run_train(*TINY, f"output_root={tmp_path}", "max_steps=1", "run_name=sweep", "-m", "seed=1,2")
+def test_two_by_two_multirun_gives_each_job_its_own_dir_and_a_ranked_summary(tmp_path):
+    proc = run_train(*TINY, f"output_root={tmp_path}", "max_steps=1", "run_name=sweep", "-m", "seed=1,2",
+                     "learning_rate=1e-5,2e-5")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    jobs = sorted((tmp_path / "sweep-sweep").iterdir())
-    assert [j.name for j in jobs if j.is_dir()] == ["0", "1"]
-    seeds = [re.search(r"^seed: (\d+)", (j / "config.yaml").read_text(), re.M).group(1) for j in jobs if j.is_dir()]
-    assert seeds == ["1", "2"]
+    sweep = tmp_path / "sweep-sweep"
+    jobs = sorted((j for j in sweep.iterdir() if j.is_dir()), key=lambda j: j.name)
+    assert [j.name for j in jobs] == ["0", "1", "2", "3"]
+    configs = [(j / "config.yaml").read_text() for j in jobs]
+    points = {(re.search(r"^seed: (\d+)", c, re.M).group(1), re.search(r"^learning_rate: (\S+)", c, re.M).group(1))
+              for c in configs}
+    assert points == {("1", "1.0e-05"), ("2", "1.0e-05"), ("1", "2.0e-05"), ("2", "2.0e-05")}
     for j in jobs:
-        if j.is_dir():
-            assert (j / "train_results.json").is_file() and (j / "eval_results/eval_step_1.json").is_file()
-            assert (j / "report.md").is_file()
-    summary = (tmp_path / "sweep-sweep" / "summary.md").read_text()
-    assert "`seed=1`" in summary and "`seed=2`" in summary and summary.count("| finished |") == 2
+        assert (j / "train_results.json").is_file() and (j / "eval_results/eval_step_1.json").is_file()
+        assert (j / "report.md").is_file()
+    summary = (sweep / "summary.md").read_text()
+    assert summary.count("| finished |") == 4 and "`seed=1 learning_rate=2e-5`" in summary
+    accuracies = [float(row.split("|")[4].strip().rstrip("%")) for row in summary.splitlines()
+                  if row.startswith("| ") and row[2].isdigit()]
+    assert accuracies == sorted(accuracies, reverse=True)
 
 
 def test_cfg_job_prints_the_config_and_runs_nothing(tmp_path):
@@ -117,7 +123,7 @@ def test_cfg_job_prints_the_config_and_runs_nothing(tmp_path):
     ("grpo.max_prompt_length=64", "grpo.max_prompt_length: not a GRPOConfig field"),
     ("grpo.per_device_train_batch_size=12", "not divisible by grpo.num_generations (8)"),
     ("model=/no/such/model", "model.path '/no/such/model' does not exist"),
-    ("grpo.use_vllm=true", "use_vllm=true needs a CUDA GPU"),
+    ("use_vllm=true", "use_vllm=true needs a CUDA GPU"),
     ("dataset.prompt_format=xml", "dataset.prompt_format 'xml' is not one of: plain, answer_tag, think"),
 ])
 def test_config_mistakes_end_in_one_clear_message(tmp_path, override, message):
