@@ -104,7 +104,7 @@ def test_two_by_two_multirun_gives_each_job_its_own_dir_and_a_ranked_summary(tmp
         assert (j / "train_results.json").is_file() and (j / "eval_results/eval_step_1.json").is_file()
         assert (j / "report.md").is_file()
     summary = (sweep / "summary.md").read_text()
-    assert summary.count("| finished |") == 4 and "`seed=1 learning_rate=2e-5`" in summary
+    assert summary.count("| finished |") == 4 and "`seed=1 learning_rate=2e-05`" in summary
     accuracies = [float(row.split("|")[4].strip().rstrip("%")) for row in summary.splitlines()
                   if row.startswith("| ") and row[2].isdigit()]
     assert accuracies == sorted(accuracies, reverse=True)
