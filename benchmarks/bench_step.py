@@ -23,6 +23,7 @@ import time
 from collections import defaultdict
 
 import torch
+import yaml
 
 from benchmarks.common import default_setup, git_rev, machine
 
@@ -84,8 +85,9 @@ def run_trainer(model, tokenizer, train, reward_funcs, kwargs, steps: int, timin
     return step_times, tokens
 
 
-def floor_step(model, tokenizer, rows, completion_length: int, num_generations: int, steps: int):
-    """One generate + one forward/backward + AdamW step over the same sizes, timed directly."""
+def floor_step(model, tokenizer, rows, completion_length: int, num_generations: int, steps: int, bf16: bool):
+    """One generate + one forward/backward + AdamW step over the same sizes, timed directly, in the
+    same precision as the recipe (bf16 autocast when it uses bf16)."""
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-6)
     times, tokens = [], []
     per_step = 2
@@ -96,13 +98,14 @@ def floor_step(model, tokenizer, rows, completion_length: int, num_generations: 
         enc = tokenizer(texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
         start = time.perf_counter()
         model.eval()
-        with torch.no_grad():
+        with torch.no_grad(), torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=bf16):
             out = model.generate(**enc, max_new_tokens=completion_length, do_sample=True, temperature=1.0,
                                  top_p=1.0, top_k=0, pad_token_id=tokenizer.pad_token_id)
         model.train()
         mask = (out != tokenizer.pad_token_id).long()
         mask[:, : enc["input_ids"].shape[1]] = enc["attention_mask"]
-        logits = model(input_ids=out, attention_mask=mask).logits[:, enc["input_ids"].shape[1] - 1:-1]
+        with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=bf16):
+            logits = model(input_ids=out, attention_mask=mask).logits[:, enc["input_ids"].shape[1] - 1:-1]
         logps = torch.log_softmax(logits.float(), -1).gather(-1, out[:, enc["input_ids"].shape[1]:, None])
         loss = -logps.mean()
         loss.backward()
@@ -117,6 +120,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--trl-steps", type=int, default=3)
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="GRPOConfig overrides for our recipe, to try a variant (e.g. bf16=false)")
+    parser.add_argument("--skip-trl", action="store_true", help="leave out the plain-TRL comparison")
     args = parser.parse_args()
 
     from grpo_recipes.config import build_grpo_kwargs, detect_hardware
@@ -129,15 +135,20 @@ def main() -> None:
     for key in ("max_steps", "output_dir", "report_to", "logging_steps", "save_strategy", "save_steps",
                 "save_total_limit", "run_name"):
         ours.pop(key, None)
+    for item in args.set:
+        key, value = item.split("=", 1)
+        ours[key] = yaml.safe_load(value)
     batch = {k: ours[k] for k in ("per_device_train_batch_size", "num_generations", "max_completion_length")}
     print(f"machine: {machine()}; commit {git_rev()}")
+    print(f"our recipe on this hardware: {'bf16 autocast' if ours.get('bf16') else 'fp32'}, activation checkpointing "
+          f"{'on' if ours.get('activation_checkpointing') else 'off'}")
     print(f"batch: {batch['per_device_train_batch_size'] // batch['num_generations']} prompts x "
           f"{batch['num_generations']} completions, max {batch['max_completion_length']} tokens; medians after 1 warm-up step")
 
     base_state = copy.deepcopy(model.state_dict())
     rows = list(train)
     f_times, f_tokens = floor_step(model, tokenizer, rows, batch["max_completion_length"], batch["num_generations"],
-                                   args.steps)
+                                   args.steps, bf16=bool(ours.get("bf16")))
     floor = statistics.median(f_times)
 
     model.load_state_dict(base_state)
@@ -146,15 +157,17 @@ def main() -> None:
     o_times, o_tokens = o_all[1:], o_tokens_all[1:]
     step = statistics.median(o_times)
 
-    model.load_state_dict(base_state)
-    plain = dict(batch, use_cpu=not hw.gpu)  # TRL's own defaults for everything else
-    t_all, t_tokens_all = run_trainer(model, tokenizer, train, funcs, plain, args.trl_steps, None)
-    t_times, t_tokens = t_all[1:], t_tokens_all[1:]
+    t_times, t_tokens = [float("nan")], [0]
+    if not args.skip_trl:
+        model.load_state_dict(base_state)
+        plain = dict(batch, use_cpu=not hw.gpu)  # TRL's own defaults for everything else
+        t_all, t_tokens_all = run_trainer(model, tokenizer, train, funcs, plain, args.trl_steps, None)
+        t_times, t_tokens = t_all[1:], t_tokens_all[1:]
 
     def rate(tokens, times):
         return sum(tokens) / sum(times)
 
-    print(f"\nfloor (generate + forward/backward + AdamW): {floor:6.2f} s/step, "
+    print(f"\nfloor (generate + forward/backward + AdamW, same precision): {floor:6.2f} s/step, "
           f"{rate(f_tokens, f_times):6.1f} completion tokens/s")
     print(f"ours (default recipe):                     {step:6.2f} s/step, "
           f"{rate(o_tokens, o_times):6.1f} completion tokens/s")

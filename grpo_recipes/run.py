@@ -162,8 +162,11 @@ def _eval_only(cfg: dict[str, Any], run_dir: Path, p: Prepared) -> float:
     from grpo_recipes.report import write_report
 
     _describe(cfg, run_dir, p)
-    accelerator = Accelerator(cpu=not p.hw.gpu)
-    model = p.model.to(accelerator.device).eval()
+    # The precision training would use (the Trainer wraps forward in bf16 autocast when bf16 is on),
+    # so that eval_only on a checkpoint reproduces that run's eval exactly.
+    mixed = "bf16" if p.grpo_kwargs.get("bf16") else ("fp16" if p.grpo_kwargs.get("fp16") else "no")
+    accelerator = Accelerator(cpu=not p.hw.gpu, mixed_precision=mixed)
+    model = accelerator.prepare_model(p.model, evaluation_mode=True).eval()
     step = model_step(cfg["model"]["path"])
     evaluator = make_evaluator(cfg, p, p.grpo_kwargs.get("max_completion_length") or 256)
     metrics, _ = evaluator.run(model, accelerator, step, run_dir / "eval_results")

@@ -91,9 +91,15 @@ def test_step_zero_eval_is_the_untrained_model(tiny_run, tiny):
     container = OmegaConf.to_container(cfg, resolve=True)
     taskset, _, rows = build_datasets(container["dataset"], container["eval"])
     _, tokenizer = tiny
+    import torch
+
+    from grpo_recipes.config import detect_hardware
+
     untrained = tiny_model(tokenizer, seed=container["seed"])
     ev = FixedEvaluator(rows, taskset, tokenizer, "answer_tag", max_new_tokens=8)
-    expected = [c for c, _, _ in ev.generate(untrained, list(range(len(rows))))]
+    # the run trains (and evaluates) under bf16 autocast where the CPU has native bf16
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=detect_hardware().bf16):
+        expected = [c for c, _, _ in ev.generate(untrained, list(range(len(rows))))]
     step0 = json.loads((out / "eval_results" / "eval_step_0.json").read_text())
     assert [e["completion"] for e in step0["examples"]] == expected
 
