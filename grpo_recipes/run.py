@@ -29,16 +29,14 @@ def last_checkpoint(run_dir: Path) -> Path | None:
     return checkpoints[-1] if checkpoints else None
 
 
-def check_run_dir(run_dir: Path, resume: bool) -> Path | None:
+def check_run_dir(run_dir: Path, resume: bool, eval_only: bool = False) -> Path | None:
     """Never overwrite an earlier run: continue it (resume=true) or pick another run_name."""
     checkpoint = last_checkpoint(run_dir) if run_dir.exists() else None
-    if resume:
+    if resume and not eval_only:
         return checkpoint
     if checkpoint is not None or (run_dir / "train_results.json").exists():
-        raise ConfigError(
-            f"output dir '{run_dir}' already holds a run: pass resume=true to continue it, "
-            "or a new run_name=... to start another"
-        )
+        hint = "" if eval_only else "pass resume=true to continue it, or "
+        raise ConfigError(f"output dir '{run_dir}' already holds a run: {hint}a new run_name=... to start another")
     return None
 
 
@@ -71,7 +69,7 @@ def prepare(cfg: dict[str, Any]) -> Prepared:
     ctx = RewardContext(scorer=taskset.score, prompt_format=cfg["dataset"]["prompt_format"])
     reward_funcs, weights = build_rewards(cfg["dataset"]["rewards"], ctx)
     grpo_kwargs = build_grpo_kwargs(cfg, hw, reward_weights=weights)
-    checkpoint = check_run_dir(Path(cfg["output_dir"]), bool(cfg.get("resume")))
+    checkpoint = check_run_dir(Path(cfg["output_dir"]), bool(cfg.get("resume")), bool(cfg.get("eval_only")))
     model, tokenizer = load_model_and_tokenizer(cfg["model"], on_gpu=hw.gpu, seed=cfg["seed"])
     peft_config = lora_config(cfg["model"].get("lora"), model.config.model_type)
     return Prepared(hw, taskset, train_dataset, eval_rows, reward_funcs, grpo_kwargs, checkpoint, model, tokenizer,
@@ -88,6 +86,7 @@ def console(run_dir: Path | None):
         yield
     finally:
         sys.stdout, sys.stderr = saved
+
 
 def train(cfg: DictConfig) -> float:
     """Run one job of train_grpo.py; returns the final fixed-eval accuracy (for sweepers)."""
@@ -218,6 +217,8 @@ def _train(cfg: dict[str, Any], run_dir: Path, p: Prepared) -> float:
     finally:
         stop.uninstall()
     if stop.requested:
+        if trainer.is_world_process_zero():
+            write_report(run_dir)
         log.warning("Stopped at step %d with checkpoint-%d saved. Continue with: python train_grpo.py "
                     "run_name=%s resume=true", trainer.state.global_step, trainer.state.global_step, cfg["run_name"])
         raise Interrupted(stop.exit_code)
