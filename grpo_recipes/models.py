@@ -14,6 +14,7 @@ from typing import Any
 from grpo_recipes.embedded import PREFIX, cache_root, ensure_embedded
 from grpo_recipes.errors import ConfigError
 TINY = "tiny-random"
+TINY_VERSION = "v1"  # bump when grpo_recipes/tiny.py changes: the cached copy is then rebuilt
 
 
 def check_model_path(path: str) -> None:
@@ -32,7 +33,7 @@ def ensure_tiny(seed: int) -> Path:
     reference model from the path; LoRA adapters and eval_only point back to it)."""
     from grpo_recipes.tiny import tiny_model, tiny_tokenizer
 
-    target = cache_root() / f"tiny-random-seed{seed}"
+    target = cache_root() / f"tiny-random-{TINY_VERSION}-seed{seed}"
     if not (target / "config.json").exists():
         tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
         tokenizer = tiny_tokenizer()
