@@ -197,7 +197,7 @@ class FixedEvalCallback(TrainerCallback):
         self.history: dict[int, dict[str, float]] = {}
         self.skip_final_eval = lambda: False  # e.g. a stop on a signal: the resumed run evaluates instead
 
-    def attach(self, trainer) -> "FixedEvalCallback":
+    def attach(self, trainer) -> FixedEvalCallback:
         self.trainer = trainer
         return self
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from grpo_recipes.embedded import PREFIX, cache_root, ensure_embedded
 from grpo_recipes.errors import ConfigError
+
 TINY = "tiny-random"
 TINY_VERSION = "v1"  # bump when grpo_recipes/tiny.py changes: the cached copy is then rebuilt
 

@@ -84,12 +84,10 @@ class _Tee:
 
     def write(self, text: str) -> int:
         self.stream.write(text)
-        for chunk in text.splitlines(keepends=True):
-            if chunk.endswith("\n"):
-                self.log_file.write(self.pending.rsplit("\r", 1)[-1] + chunk.rsplit("\r", 1)[-1])
-                self.pending = ""
-            else:
-                self.pending += chunk
+        self.pending += text.replace("\r\n", "\n")
+        *lines, self.pending = self.pending.split("\n")
+        for line in lines:  # a progress bar redraws with \r: keep what was last drawn
+            self.log_file.write(line.rsplit("\r", 1)[-1] + "\n")
         self.log_file.flush()
         return len(text)
 

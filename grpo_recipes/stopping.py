@@ -25,7 +25,7 @@ class GracefulStop(TrainerCallback):
         self.signum: int | None = None
         self._previous = {}
 
-    def install(self) -> "GracefulStop":
+    def install(self) -> GracefulStop:
         for signum in (signal.SIGTERM, signal.SIGINT):
             self._previous[signum] = signal.signal(signum, self._handle)
         return self
