@@ -15,7 +15,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from grpo_recipes.cli import rewrite_model_path
+from grpo_recipes.cli import rewrite_argv
 
 CONFIG_DIR = Path(__file__).resolve().parent / "config"
 
@@ -28,5 +28,5 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
-    sys.argv = rewrite_model_path(sys.argv, CONFIG_DIR)
+    sys.argv = rewrite_argv(sys.argv, CONFIG_DIR)
     main()

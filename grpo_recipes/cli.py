@@ -10,8 +10,10 @@ from pathlib import Path
 OPEN_PREFIXES = ("grpo.", "dataset.tasks.", "dataset.rewards.")
 
 
-def rewrite_model_path(argv: list[str], config_dir: Path) -> list[str]:
-    """`model=<hub id or path>` -> `model=custom model.path=<it>` when it names no model config.
+def rewrite_argv(argv: list[str], config_dir: Path) -> list[str]:
+    """Command-line sugar, before Hydra parses it.
+
+    `model=<hub id or path>` -> `model=custom model.path=<it>` when it names no model config.
 
     `model=smollm2_135m` still picks config/model/smollm2_135m.yaml; sweeps (`a,b`) are left alone.
     Also: `grpo.x=1` -> `++grpo.x=1` (see OPEN_PREFIXES), and -m/--multirun moves to the front.

@@ -92,13 +92,13 @@ class FixedEvaluator:
             tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False) for r in rows
         ]
 
-    def _config(self, do_sample: bool, temperature: float, num_return_sequences: int = 1):
+    def _config(self, eos, do_sample: bool, temperature: float, num_return_sequences: int = 1):
         from transformers import GenerationConfig
 
         return GenerationConfig(
             max_new_tokens=self.max_new_tokens, do_sample=do_sample, num_return_sequences=num_return_sequences,
             temperature=temperature if do_sample else None, top_p=None, top_k=None,
-            eos_token_id=self._eos, pad_token_id=self.tokenizer.pad_token_id, use_cache=True,
+            eos_token_id=eos, pad_token_id=self.tokenizer.pad_token_id, use_cache=True,
         )
 
     def generate(self, model, indices: list[int], sampled: bool = False, progress: bool = False):
@@ -107,11 +107,11 @@ class FixedEvaluator:
         from tqdm.auto import tqdm
 
         tok = self.tokenizer
-        self._eos = model.generation_config.eos_token_id or tok.eos_token_id
-        eos_ids = set(self._eos if isinstance(self._eos, list) else [self._eos])
+        eos = model.generation_config.eos_token_id or tok.eos_token_id
+        eos_ids = set(eos if isinstance(eos, list) else [eos])
         n_ret = self.num_samples if sampled else 1
-        config = (self._config(True, self.sample_temperature, n_ret) if sampled
-                  else self._config(self.do_sample, self.temperature))
+        config = (self._config(eos, True, self.sample_temperature, n_ret) if sampled
+                  else self._config(eos, self.do_sample, self.temperature))
         batch_size = max(1, self.batch_size // n_ret)
         device = next(model.parameters()).device
         out = []

@@ -101,14 +101,11 @@ class _Tee:
 
 def setup_console(run_dir: Path | None, main: bool = True) -> None:
     """Log lines to the console (other ranks: warnings only), and mirror the whole console into train.log."""
+    if run_dir is not None:  # the tee first, so the log handler below writes through it
+        log_file = open(run_dir / "train.log", "a", buffering=1)  # noqa: SIM115 - lives as long as the process
+        sys.stdout = _Tee(sys.stdout, log_file)
+        sys.stderr = _Tee(sys.stderr, log_file)
     logging.basicConfig(level=logging.INFO if main else logging.WARNING, datefmt="%H:%M:%S", stream=sys.stdout,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
     for noisy in ("httpx", "urllib3", "filelock", "datasets"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    if run_dir is None:
-        return
-    log_file = open(run_dir / "train.log", "a", buffering=1)  # noqa: SIM115 - lives as long as the process
-    sys.stdout = _Tee(sys.stdout, log_file)
-    sys.stderr = _Tee(sys.stderr, log_file)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        datefmt="%H:%M:%S", stream=sys.stdout, force=True)

@@ -4,7 +4,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from grpo_recipes.cli import rewrite_model_path
+from grpo_recipes.cli import rewrite_argv
 from grpo_recipes.config import Hardware, build_grpo_kwargs
 from grpo_recipes.errors import ConfigError
 
@@ -97,7 +97,7 @@ def test_hardware_rules():
 def test_cli_rewrites_model_paths_and_open_mappings():
     argv = ["train_grpo.py", "model=Qwen/Qwen2.5-0.5B-Instruct", "model=tiny_random", "grpo.beta=0.1",
             "dataset.tasks.syllogism.weight=2", "+grpo.x=1", "max_steps=3", "model=a,b", "-m"]
-    assert rewrite_model_path(argv, CONFIG) == [
+    assert rewrite_argv(argv, CONFIG) == [
         "train_grpo.py", "-m", "model=custom", "model.path=Qwen/Qwen2.5-0.5B-Instruct", "model.name=Qwen2.5-0.5B-Instruct",
         "model=tiny_random", "++grpo.beta=0.1", "++dataset.tasks.syllogism.weight=2", "+grpo.x=1", "max_steps=3",
         "model=a,b",
