@@ -7,7 +7,7 @@ from pathlib import Path
 # Open mappings: any GRPOConfig field, any task, any reward may be named on the command line,
 # not only those already in the YAML. `key=value` becomes Hydra's add-or-override `++key=value`,
 # and the recipe's own validation names a bad key (with close matches) instead of Hydra's struct error.
-OPEN_PREFIXES = ("grpo.", "dataset.tasks.", "dataset.rewards.")
+OPEN_PREFIXES = ("grpo.", "dataset.tasks.", "dataset.rewards.", "sandbox.")
 
 
 def rewrite_argv(argv: list[str], config_dir: Path) -> list[str]:

@@ -20,7 +20,8 @@ from typing import Any
 
 from transformers import TrainerCallback, TrainerControl
 
-from rewards.extraction import RULES, extract_answer
+from rewards.code import CODE_RULES
+from rewards.extraction import RULES
 from rewards.format import format_ok
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,8 @@ def summarize(examples: list[dict[str, Any]], ks: list[int] = ()) -> dict[str, f
             f"{prefix}truncated": sum(r["truncated"] for r in rows) / n,
         }
         out.update({f"{prefix}rule/{rule}": rules.get(rule, 0) / n for rule in RULES})
+        # code tasks: where the program was found (shown only when a code task is in the eval)
+        out.update({f"{prefix}rule/{rule}": rules[rule] / n for rule in CODE_RULES if rule in rules and rule not in RULES})
         for k in ks:
             out[f"{prefix}pass@{k}"] = sum(pass_at_k(r["num_samples"], r["samples_correct"], k) for r in rows) / n
         return out
@@ -79,7 +82,7 @@ class FixedEvaluator:
 
     def __init__(self, rows, taskset, tokenizer, prompt_format: str, max_new_tokens: int, batch_size: int = 64,
                  do_sample: bool = False, temperature: float = 1.0, pass_k: dict | None = None,
-                 print_examples: int = 0):
+                 print_examples: int = 0, response_prefix: str = ""):
         self.rows, self.taskset, self.tokenizer = rows, taskset, tokenizer
         self.prompt_format, self.max_new_tokens, self.batch_size = prompt_format, max_new_tokens, batch_size
         self.do_sample, self.temperature = do_sample, temperature
@@ -88,6 +91,7 @@ class FixedEvaluator:
         self.sample_temperature = float(pass_k.get("temperature", 1.0))
         self.ks = [k for k in (pass_k.get("k") or []) if k <= self.num_samples] if self.num_samples else []
         self.print_examples = print_examples
+        self.response_prefix = response_prefix  # pre-filled by the chat template: part of the reply
         self.texts = [
             tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False) for r in rows
         ]
@@ -132,21 +136,34 @@ class FixedEvaluator:
         length = next((j + 1 for j, t in enumerate(ids) if t in eos_ids), None)
         truncated = length is None
         length = len(ids) if truncated else length
-        return tok.decode(ids[:length], skip_special_tokens=True), length, truncated
+        return self.response_prefix + tok.decode(ids[:length], skip_special_tokens=True), length, truncated
 
     def score(self, index: int, completion: str, length: int, truncated: bool, samples=None) -> dict[str, Any]:
-        row = self.rows[index]
-        extraction = extract_answer(completion)
-        score = self.taskset.score(extraction.answer, row)
-        out = {
-            "index": index, "task": row["task"], "question": row["question"], "answer": row["answer"],
-            "completion": completion, "extracted": extraction.answer, "rule": extraction.rule,
-            "score": score, "correct": score >= 1.0, "format_ok": format_ok(completion, self.prompt_format),
-            "length": length, "truncated": truncated,
-        }
-        if samples is not None:
-            out["num_samples"] = len(samples)
-            out["samples_correct"] = sum(self.taskset.score(extract_answer(s).answer, row) >= 1.0 for s, _, _ in samples)
+        return self.score_batch([index], [(completion, length, truncated)], [samples])[0]
+
+    def score_batch(self, indices: list[int], greedy: list[tuple], samples: list | None = None) -> list[dict]:
+        """Score a shard in one go: code tasks run all their programs in parallel."""
+        rows = [self.rows[i] for i in indices]
+        judged = self.taskset.judge([g[0] for g in greedy], rows)
+        samples = samples or [None] * len(indices)
+        flat = [(k, s[0]) for k, group in enumerate(samples) if group for s in group]
+        sample_scores = self.taskset.judge([text for _, text in flat], [rows[k] for k, _ in flat]) if flat else []
+        correct_counts = [0] * len(indices)
+        for (k, _), (_, score) in zip(flat, sample_scores):
+            correct_counts[k] += score >= 1.0
+        out = []
+        for k, (index, row, (completion, length, truncated), (extraction, score)) in enumerate(
+                zip(indices, rows, greedy, judged)):
+            record = {
+                "index": index, "task": row["task"], "question": row["question"], "answer": row["answer"],
+                "completion": completion, "extracted": extraction.answer, "rule": extraction.rule,
+                "score": score, "correct": score >= 1.0, "format_ok": format_ok(completion, self.prompt_format),
+                "length": length, "truncated": truncated,
+            }
+            if samples[k] is not None:
+                record["num_samples"] = len(samples[k])
+                record["samples_correct"] = correct_counts[k]
+            out.append(record)
         return out
 
     def run(self, model, accelerator, step: int, out_dir: Path | None) -> tuple[dict[str, float], list[dict]]:
@@ -162,7 +179,7 @@ class FixedEvaluator:
         main = accelerator.is_main_process
         greedy = self.generate(model, shard, progress=main)
         sampled = self.generate(model, shard, sampled=True, progress=main) if self.num_samples else [None] * len(shard)
-        local = [self.score(i, *g, samples=s) for i, g, s in zip(shard, greedy, sampled)]
+        local = self.score_batch(shard, greedy, sampled)
         examples = gather_object(local) if accelerator.num_processes > 1 else local
         examples = sorted({e["index"]: e for e in examples}.values(), key=lambda e: e["index"])
         metrics = summarize(examples, self.ks)

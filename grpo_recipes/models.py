@@ -91,7 +91,9 @@ def load_model_and_tokenizer(model_cfg: dict[str, Any], on_gpu: bool, seed: int 
             f"available offline ({str(err).splitlines()[0]})"
         ) from None
     if model_cfg.get("chat_template"):
-        tokenizer.chat_template = model_cfg["chat_template"]
+        from grpo_recipes.templates import load_chat_template
+
+        tokenizer.chat_template = load_chat_template(model_cfg["chat_template"])
     if tokenizer.chat_template is None:
         raise ConfigError(f"model '{path}' has no chat template: set model.chat_template")
     if tokenizer.pad_token is None:

@@ -205,7 +205,7 @@ def write_report(run_dir: str | Path) -> Path:
         from omegaconf import OmegaConf
 
         cfg = OmegaConf.load(config)
-        rewards = ", ".join(f"{k} x {v.get('weight', 1.0)}" for k, v in cfg.dataset.rewards.items())
+        rewards = ", ".join(f"{k} x {v.get('weight', 1.0)}" for k, v in cfg.dataset.rewards.items() if v is not None)
         lines += [f"- model: `{cfg.model.path}`", f"- tasks: {', '.join(cfg.dataset.tasks)}", f"- rewards: {rewards}",
                   f"- learning rate {cfg.learning_rate}, {cfg.grpo.num_generations} completions per prompt, "
                   f"max {cfg.grpo.max_completion_length} tokens, seed {cfg.seed}"]

@@ -54,6 +54,7 @@ class Prepared:
     model: Any
     tokenizer: Any
     peft_config: Any = None
+    response_prefix: str = ""
 
 
 def prepare(cfg: dict[str, Any]) -> Prepared:
@@ -62,18 +63,36 @@ def prepare(cfg: dict[str, Any]) -> Prepared:
     from grpo_recipes.lora import lora_config
     from grpo_recipes.models import check_model_path, load_model_and_tokenizer
     from rewards import RewardContext, build_rewards
+    from grpo_recipes.templates import response_prefix
+    from tasks.code import is_code_task
 
     hw = detect_hardware()
     check_model_path(cfg["model"]["path"])
+    sandbox = configure_sandbox(cfg.get("sandbox"))
     taskset, train_dataset, eval_rows = build_datasets(cfg["dataset"], cfg["eval"])
-    ctx = RewardContext(scorer=taskset.score, prompt_format=cfg["dataset"]["prompt_format"])
+    if any(is_code_task(name) for name in taskset.names):
+        log.info("code tasks run in the sandbox: %s", sandbox.layers())
+    ctx = RewardContext(scorer=taskset.score, prompt_format=cfg["dataset"]["prompt_format"],
+                        max_completion_length=cfg["grpo"].get("max_completion_length"), judge=taskset.judge)
     reward_funcs, weights = build_rewards(cfg["dataset"]["rewards"], ctx)
     grpo_kwargs = build_grpo_kwargs(cfg, hw, reward_weights=weights)
     checkpoint = check_run_dir(Path(cfg["output_dir"]), bool(cfg.get("resume")), bool(cfg.get("eval_only")))
     model, tokenizer = load_model_and_tokenizer(cfg["model"], on_gpu=hw.gpu, seed=cfg["seed"])
     peft_config = lora_config(cfg["model"].get("lora"), model.config.model_type)
+    ctx.response_prefix = response_prefix(cfg["model"].get("response_prefix", "auto"), tokenizer)
+    if ctx.response_prefix:
+        log.info("the chat template pre-fills %r: rewards and eval read it + the completion", ctx.response_prefix)
     return Prepared(hw, taskset, train_dataset, eval_rows, reward_funcs, grpo_kwargs, checkpoint, model, tokenizer,
-                    peft_config)
+                    peft_config, ctx.response_prefix)
+
+
+def configure_sandbox(settings: dict[str, Any] | None):
+    from rewards import sandbox
+
+    try:
+        return sandbox.configure(**(settings or {}))
+    except (TypeError, ValueError) as err:
+        raise ConfigError(str(err)) from None
 
 
 @contextlib.contextmanager
@@ -135,7 +154,7 @@ def make_evaluator(cfg: dict[str, Any], p: Prepared, max_completion_length: int)
         p.eval_rows, p.taskset, p.tokenizer, cfg["dataset"]["prompt_format"],
         max_new_tokens=e.get("max_new_tokens") or max_completion_length, batch_size=e["batch_size"],
         do_sample=e["do_sample"], temperature=e["temperature"], pass_k=e.get("pass_k"),
-        print_examples=e.get("print_examples", 0),
+        print_examples=e.get("print_examples", 0), response_prefix=p.response_prefix,
     )
 
 

@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 from rewards.common import completion_text, entries
-from rewards.extraction import extract_answer
 from rewards.format import format_ok
 from rewards.train_stats import log_train_stats
 
 
-def make_accuracy_reward(scorer, mode: str = "binary"):
-    """`scorer(answer, entry) -> float in [0, 1]` (1 = correct).
+def make_accuracy_reward(judge, mode: str = "binary"):
+    """`judge(texts, entries) -> [(Extraction, score in [0, 1])]` (1 = correct): the task's verifier.
 
     mode: graded (the verifier's partial credit), binary (1 if score >= 1 else 0),
           signed (+1 correct, -1 otherwise: the REINFORCE-style reward of the digits recipe).
@@ -16,8 +15,9 @@ def make_accuracy_reward(scorer, mode: str = "binary"):
 
     def reward(prompts, completions, **kwargs):
         rows = entries(kwargs, len(completions))
-        answers = [extract_answer(completion_text(c)).answer for c in completions]
-        scores = [scorer(a, e) for a, e in zip(answers, rows)]
+        judged = judge([completion_text(c) for c in completions], rows)
+        answers = [extraction.answer for extraction, _ in judged]
+        scores = [score for _, score in judged]
         correct = [s >= 1.0 for s in scores]
         if mode == "graded":
             out = scores
@@ -31,15 +31,13 @@ def make_accuracy_reward(scorer, mode: str = "binary"):
     return reward
 
 
-def make_correct_and_format_reward(scorer, prompt_format: str, format_weight: float = 0.1):
+def make_correct_and_format_reward(judge, prompt_format: str, format_weight: float = 0.1):
     """`1[correct] + format_weight * (1[format] - 1)`: the GSM8K recipe's combined reward."""
 
     def reward(prompts, completions, **kwargs):
-        out = []
-        for completion, entry in zip(completions, entries(kwargs, len(completions))):
-            text = completion_text(completion)
-            correct = scorer(extract_answer(text).answer, entry) >= 1.0
-            out.append(float(correct) + format_weight * (float(format_ok(text, prompt_format)) - 1.0))
-        return out
+        texts = [completion_text(c) for c in completions]
+        judged = judge(texts, entries(kwargs, len(completions)))
+        return [float(score >= 1.0) + format_weight * (float(format_ok(text, prompt_format)) - 1.0)
+                for text, (_, score) in zip(texts, judged)]
 
     return reward

@@ -14,6 +14,21 @@ def completion_text(completion: Any) -> str:
     return "" if completion is None else str(completion)
 
 
+def judge_with(scorer):
+    """A batch judge `(texts, entries) -> [(Extraction, score)]` from a per-answer scorer, reading
+    answers with the extraction chain (TaskSet.judge is the full one: code tasks, batch scoring)."""
+    from rewards.extraction import extract_answer
+
+    def judge(texts, rows):
+        out = []
+        for text, row in zip(texts, rows):
+            extraction = extract_answer(text)
+            out.append((extraction, scorer(extraction.answer, row)))
+        return out
+
+    return judge
+
+
 def entries(kwargs: dict[str, Any], n: int) -> list[dict[str, Any]]:
     """Rebuild each completion's task entry from the dataset columns TRL hands to rewards."""
     columns = ("question", "answer", "metadata", "task")

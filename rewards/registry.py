@@ -19,27 +19,58 @@ from typing import Any
 
 from grpo_recipes.errors import ConfigError
 from rewards.accuracy import make_accuracy_reward, make_correct_and_format_reward
+from rewards.code import make_code_reward
+from rewards.common import judge_with
 from rewards.format import make_format_reward
+from rewards.shaping import (
+    make_length_scaled_reward,
+    make_repetition_reward,
+    make_soft_overlong_reward,
+    make_tag_count_reward,
+)
 
 
 @dataclass
 class RewardContext:
-    """What a factory may need from the run: the tasks' verifier and the prompt format."""
+    """What a factory may need from the run: the tasks' verifier, the prompt format and
+    grpo.max_completion_length (the default L_max of soft_overlong; None where unknown)."""
 
     scorer: Callable[[str | None, Mapping[str, Any]], float]
     prompt_format: str
+    max_completion_length: int | None = None
+    # (texts, entries) -> [(Extraction, score)]: reads code for code tasks and scores a batch at once
+    # (TaskSet.judge); None: the extraction chain + `scorer`, one answer at a time.
+    judge: Callable[[list[str], list[Mapping[str, Any]]], list] | None = None
+    # what the chat template pre-fills in the reply (e.g. "<think>\n"): rewards read prefix + completion
+    response_prefix: str = ""
+
+    def __post_init__(self):
+        if self.judge is None:
+            self.judge = judge_with(self.scorer)
 
 
 # name -> (factory(ctx, **params), accepted params with their choices or None for free values)
 REWARDS: dict[str, tuple[Callable[..., Callable], dict[str, tuple | None]]] = {
-    "accuracy": (lambda ctx, mode="binary": make_accuracy_reward(ctx.scorer, mode),
+    "accuracy": (lambda ctx, mode="binary": make_accuracy_reward(ctx.judge, mode),
                  {"mode": ("binary", "graded", "signed")}),
     "format": (lambda ctx, mode="strict": make_format_reward(ctx.prompt_format, mode),
                {"mode": ("strict", "soft")}),
     "correct_and_format": (
-        lambda ctx, format_weight=0.1: make_correct_and_format_reward(ctx.scorer, ctx.prompt_format, format_weight),
+        lambda ctx, format_weight=0.1: make_correct_and_format_reward(ctx.judge, ctx.prompt_format, format_weight),
         {"format_weight": None},
     ),
+    "tag_count": (lambda ctx: make_tag_count_reward(ctx.prompt_format), {}),
+    "soft_overlong": (
+        lambda ctx, max_length=None, cache=None: make_soft_overlong_reward(max_length, cache,
+                                                                           ctx.max_completion_length),
+        {"max_length": None, "cache": None},
+    ),
+    "length_scaled": (lambda ctx, scope="batch": make_length_scaled_reward(ctx.judge, scope),
+                      {"scope": ("batch", "group")}),
+    "code_tests": (lambda ctx, **params: make_code_reward(**params),
+                   {"base_weight": None, "perfect_bonus": None, "max_tests": None, "timeout": None}),
+    "repetition": (lambda ctx, ngram_size=3, max_penalty=-1.0: make_repetition_reward(ngram_size, max_penalty),
+                   {"ngram_size": None, "max_penalty": None}),
 }
 
 
@@ -58,8 +89,17 @@ def _import_dotted(path: str) -> Callable:
     return fn
 
 
-def _named(fn: Callable, name: str) -> Callable:
+def _named(fn: Callable, name: str, ctx: RewardContext) -> Callable:
+    """`fn` under its YAML name, reading each completion as the whole reply (`ctx.response_prefix`, set
+    once the tokenizer is loaded, + the completion)."""
+    from grpo_recipes.templates import with_prefix
+
     def reward(*args, **kwargs):
+        if ctx.response_prefix:
+            if "completions" in kwargs:
+                kwargs["completions"] = [with_prefix(c, ctx.response_prefix) for c in kwargs["completions"]]
+            elif len(args) >= 2:
+                args = (args[0], [with_prefix(c, ctx.response_prefix) for c in args[1]], *args[2:])
         return fn(*args, **kwargs)
 
     reward.__name__ = reward.__qualname__ = name
@@ -68,11 +108,13 @@ def _named(fn: Callable, name: str) -> Callable:
 
 def build_rewards(spec: Mapping[str, Any], ctx: RewardContext) -> tuple[list[Callable], list[float]]:
     """Reward functions and their weights, in YAML order."""
-    if not spec:
+    if not spec or all(v is None for v in spec.values()):
         raise ConfigError("dataset.rewards is empty: name at least one reward, e.g. accuracy: {weight: 1.0}")
     funcs, weights = [], []
     for key, params in spec.items():
-        params = dict(params or {})
+        if params is None:  # `accuracy: null` removes a reward a dataset inherited from base.yaml
+            continue
+        params = dict(params)
         weight = params.pop("weight", 1.0)
         if not isinstance(weight, (int, float)):
             raise ConfigError(f"dataset.rewards.{key}.weight must be a number, got {weight!r}")
@@ -91,7 +133,11 @@ def build_rewards(spec: Mapping[str, Any], ctx: RewardContext) -> tuple[list[Cal
                     )
                 if accepted[p] is not None and value not in accepted[p]:
                     raise ConfigError(f"dataset.rewards.{key}.{p}={value!r}; accepted: {', '.join(accepted[p])}")
-            fn = factory(ctx, **params)
+            try:
+                fn = factory(ctx, **params)
+            except ConfigError as err:  # a factory's message names the reward; the user wrote `key`
+                message = str(err).replace(f"dataset.rewards.{fn_name}", f"dataset.rewards.{key}", 1)
+                raise ConfigError(message) from None
         else:
             close = difflib.get_close_matches(fn_name, list(REWARDS), n=3, cutoff=0.5)
             hint = f" Did you mean: {', '.join(close)}?" if close else ""
@@ -99,7 +145,7 @@ def build_rewards(spec: Mapping[str, Any], ctx: RewardContext) -> tuple[list[Cal
                 f"dataset.rewards: unknown reward '{fn_name}'.{hint} Known: {', '.join(sorted(REWARDS))}, "
                 "or a dotted import path to your own function"
             )
-        funcs.append(_named(fn, key))
+        funcs.append(_named(fn, key, ctx))
         weights.append(float(weight))
     return funcs, weights
 

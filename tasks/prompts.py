@@ -25,6 +25,11 @@ FORMATS: dict[str, PromptFormat] = {
         "First think about the problem step by step inside <think> </think> tags, then give the final "
         "answer inside <answer> </answer> tags, e.g. <think>reasoning here</think><answer>42</answer>",
     ),
+    # Code tasks: the program in one fenced block (with `think`, the block goes inside <answer>).
+    "code": PromptFormat(
+        "code",
+        "You are a careful Python programmer. Reply with the complete function in a single ```python code block.",
+    ),
 }
 
 

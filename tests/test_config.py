@@ -45,11 +45,14 @@ def test_top_level_knobs_and_group_overrides():
     assert cfg["model"]["path"] == "tiny-random"
 
 
-def test_every_dataset_option_is_valid():
+def test_every_dataset_option_is_valid(tmp_path):
     from tasks import validate_tasks
 
+    sample = tmp_path / "qa.jsonl"
+    sample.write_text('{"question": "1+1?", "answer": "#### 2"}\n')
+    needs = {"qa_file": [f"dataset.tasks.qa_file.config.path={sample}"]}  # the one option with a required key
     for option in sorted(p.stem for p in (CONFIG / "dataset").glob("*.yaml") if p.stem != "base"):
-        validate_tasks(composed(f"dataset={option}")["dataset"]["tasks"])
+        validate_tasks(composed(f"dataset={option}", *needs.get(option, []))["dataset"]["tasks"])
 
 
 def test_logger_group_sets_report_to():

@@ -1,0 +1,245 @@
+"""Code with test cases: find the code in a completion, run its tests in the sandbox, reward it.
+
+A code task's entry carries a test suite in its metadata (`language`, `entry_point`, `setup`,
+`tests`: a list of steps, each `[source, counted]`; uncounted steps are setup run in order).
+Python suites run in one program per solution through a harness that runs every test with its
+own timeout and reports the results on a line tagged with a random nonce it reads from stdin:
+a program that exits early (`sys.exit(0)` before the asserts), crashes, or prints a fake verdict
+passes nothing. Other languages (a command template in the `sandbox` config) run one program per
+test; a test passes when its program exits 0 in time.
+"""
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rewards.common import completion_text
+from rewards.extraction import Extraction
+from rewards.sandbox import Executor, Program, get_executor
+
+CODE_RULES = ("answer_tag", "fenced", "raw", "none")
+_FENCE = re.compile(r"```[ \t]*([\w+#-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
+_ANSWER = re.compile(r"<answer>(.*?)(?:</answer>|\Z)", re.DOTALL | re.IGNORECASE)
+_CODE_START = re.compile(r"^(?:def |class |import |from |async def |@)", re.MULTILINE)
+_MAX_CHARS = 50_000
+
+
+def extract_code(text: object) -> Extraction:
+    """The program in a completion: `<answer>` content (fences inside stripped), else the fenced block
+    that defines a function (the last such, or the last block), else raw text from the first
+    `def`/`import` line. Never raises."""
+    if not isinstance(text, str):
+        text = "" if text is None else str(text)
+    text = text[:_MAX_CHARS]
+    answers = [m.group(1) for m in _ANSWER.finditer(text) if m.group(1).strip()]
+    if answers:
+        inner = answers[-1]
+        fenced = _FENCE.findall(inner)
+        return Extraction((fenced[-1][1] if fenced else inner).strip("\n"), "answer_tag")
+    blocks = [body for _, body in _FENCE.findall(text) if body.strip()]
+    if blocks:
+        with_def = [b for b in blocks if re.search(r"^\s*def ", b, re.MULTILINE)]
+        return Extraction((with_def or blocks)[-1].strip("\n"), "fenced")
+    start = _CODE_START.search(text)
+    if start:
+        return Extraction(text[start.start():].strip("\n"), "raw")
+    return Extraction(None, "none")
+
+
+@dataclass(frozen=True)
+class TestSuite:
+    __test__ = False  # not a pytest class
+    entry_point: str
+    tests: tuple[tuple[str, bool], ...]  # (source, counted)
+    setup: str = ""
+    language: str = "python"
+    prompt: str = ""  # code the solution completes (HumanEval): prepended to the solution
+
+    @classmethod
+    def from_metadata(cls, metadata: Any) -> TestSuite | None:
+        if isinstance(metadata, str):
+            try:
+                metadata = json.loads(metadata)
+            except (ValueError, TypeError):
+                return None
+        if not isinstance(metadata, dict) or "tests" not in metadata:
+            return None
+        return cls(metadata["entry_point"], tuple((s, bool(c)) for s, c in metadata["tests"]),
+                   metadata.get("setup", ""), metadata.get("language", "python"), metadata.get("code_prompt", ""))
+
+    def to_metadata(self) -> dict[str, Any]:
+        return {"entry_point": self.entry_point, "tests": [list(t) for t in self.tests], "setup": self.setup,
+                "language": self.language, "code_prompt": self.prompt}
+
+    def limited(self, max_tests: int | None) -> TestSuite:
+        """Only the first `max_tests` counted tests (and the setup steps before them)."""
+        if not max_tests:
+            return self
+        out, counted = [], 0
+        for source, is_test in self.tests:
+            if is_test:
+                if counted == max_tests:
+                    break
+                counted += 1
+            out.append((source, is_test))
+        return TestSuite(self.entry_point, tuple(out), self.setup, self.language, self.prompt)
+
+    @property
+    def num_tests(self) -> int:
+        return sum(c for _, c in self.tests)
+
+
+@dataclass
+class Outcome:
+    passed: int
+    total: int
+    timed_out: bool = False
+
+    @property
+    def fraction(self) -> float:
+        return self.passed / self.total if self.total else 0.0
+
+
+def assemble(solution: str, suite: TestSuite) -> str:
+    """The solution as a program: after the task's prompt code, if there is one (a full function
+    redefines the prompt's stub; an indented body completes it)."""
+    if not suite.prompt:
+        return solution
+    if re.search(r"^(?:def|class|import|from) ", solution, re.MULTILINE):
+        return suite.prompt + "\n\n" + solution
+    return suite.prompt + solution
+
+
+_HARNESS = r'''
+def _run_tests(solution, setup, entry, steps, per_test):
+    import os, signal, sys, json
+    nonce = sys.stdin.readline().strip()
+    out = os.dup(1)
+
+    class TestTimeout(BaseException):
+        pass
+
+    def alarm(signum, frame):
+        raise TestTimeout()
+
+    signal.signal(signal.SIGALRM, alarm)
+    env = {"__name__": "solution", "__builtins__": __builtins__}
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 2 * per_test)
+        exec(compile(solution, "solution.py", "exec"), env)
+        exec(compile(setup, "tests.py", "exec"), env)
+        env["candidate"] = env[entry]
+        defined = True
+    except BaseException:
+        defined = False
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    results = []
+    for source, counted in steps:
+        ok = False
+        if defined:
+            try:
+                signal.setitimer(signal.ITIMER_REAL, per_test)
+                exec(compile(source, "tests.py", "exec"), env)
+                ok = True
+            except BaseException:
+                ok = False
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+        if counted:
+            results.append(ok)
+    os.write(out, ("\n" + nonce + " " + json.dumps(results) + "\n").encode())
+    os._exit(0)  # skip any atexit handler the solution registered
+
+'''
+
+
+def python_harness(solution: str, suite: TestSuite, per_test_timeout: float) -> str:
+    args = [assemble(solution, suite), suite.setup, suite.entry_point, [list(t) for t in suite.tests],
+            float(per_test_timeout)]
+    return _HARNESS + f"import json as _json\n_run_tests(*_json.loads({json.dumps(args)!r}))\n"
+
+
+def _parse_verdict(stdout: str, nonce: str, total: int) -> list[bool] | None:
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(nonce + " "):
+            try:
+                results = json.loads(line[len(nonce) + 1:])
+            except ValueError:
+                return None
+            return [bool(r) for r in results] if isinstance(results, list) and len(results) == total else None
+    return None
+
+
+def run_suites(solutions: Sequence[str | None], suites: Sequence[TestSuite], timeout: float = 2.0,
+               executor: Executor | None = None) -> list[Outcome]:
+    """Run every solution against its suite, all programs of the batch in parallel.
+
+    `timeout`: seconds per test; a missing solution passes nothing without running.
+    """
+    executor = executor or get_executor()
+    programs, owners, nonces = [], [], []
+    for i, (solution, suite) in enumerate(zip(solutions, suites)):
+        if solution is None or not suite.num_tests:
+            continue
+        if suite.language == "python":
+            nonce = secrets.token_hex(16)
+            budget = timeout * (suite.num_tests + 2) + 2.0  # interpreter start + definition + tests
+            programs.append(Program(python_harness(solution, suite, timeout), "python", nonce + "\n", budget))
+            owners.append((i, None))
+            nonces.append(nonce)
+        else:
+            prelude = []
+            for source, counted in suite.tests:
+                if counted:
+                    body = "\n".join([assemble(solution, suite), suite.setup, *prelude, source])
+                    programs.append(Program(body, suite.language, "", timeout + 2.0))
+                    owners.append((i, len(programs)))
+                    nonces.append(None)
+                else:
+                    prelude.append(source)
+    results = executor.run(programs)
+    outcomes = [Outcome(0, s.num_tests) for s in suites]
+    for (i, per_test), nonce, result in zip(owners, nonces, results):
+        outcome = outcomes[i]
+        outcome.timed_out |= result.timed_out
+        if nonce is not None:
+            verdict = _parse_verdict(result.stdout, nonce, outcome.total)
+            outcome.passed = sum(verdict) if verdict else 0
+        elif result.ok:
+            outcome.passed += 1
+    return outcomes
+
+
+def make_code_reward(base_weight: float = 1.0, perfect_bonus: float = 1.0, max_tests: int | None = 3,
+                     timeout: float = 2.0):
+    """`fraction of tests passed x base_weight + perfect_bonus x 1[all passed]` (the Q recipe's reward);
+    None for a row that is not a code task (TRL then leaves it out of the sum)."""
+    from grpo_recipes.errors import ConfigError
+
+    for key, value, low in (("base_weight", base_weight, None), ("perfect_bonus", perfect_bonus, None),
+                            ("timeout", timeout, 0)):
+        if not isinstance(value, (int, float)) or (low is not None and value <= low):
+            raise ConfigError(f"dataset.rewards.code_tests.{key} must be a number{' > 0' if low == 0 else ''}, "
+                              f"got {value!r}")
+    if max_tests is not None and (not isinstance(max_tests, int) or max_tests < 1):
+        raise ConfigError(f"dataset.rewards.code_tests.max_tests must be a positive integer or null, got {max_tests!r}")
+
+    def reward(prompts, completions, **kwargs):
+        metadata = kwargs.get("metadata") or [None] * len(completions)
+        suites = [TestSuite.from_metadata(m) for m in metadata]
+        runnable = [i for i, s in enumerate(suites) if s is not None]
+        limited = [suites[i].limited(max_tests) for i in runnable]
+        codes = [extract_code(completion_text(completions[i])).answer for i in runnable]
+        outcomes = run_suites(codes, limited, timeout)
+        out: list[float | None] = [None] * len(completions)
+        for i, outcome in zip(runnable, outcomes):
+            perfect = outcome.total > 0 and outcome.passed == outcome.total
+            out[i] = outcome.fraction * base_weight + (perfect_bonus if perfect else 0.0)
+        return out
+
+    return reward

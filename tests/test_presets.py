@@ -1,0 +1,67 @@
+"""Each experiment preset (config/experiment/) runs end to end on the embedded model, cut short:
+few steps, short completions, a small eval. Asserts what makes each preset that recipe."""
+import json
+
+import pytest
+
+from tests.conftest import read_jsonl, run_train
+
+pytestmark = pytest.mark.slow
+SHORT = ["eval.size=4", "grpo.max_completion_length=16", "dataset.train_size=32", "grpo.save_strategy=no"]
+
+
+def _run(tmp_path, preset: str, *overrides: str):
+    proc = run_train(f"experiment={preset}", f"output_root={tmp_path}", "run_name=run", *SHORT, *overrides)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_dir = tmp_path / "run"
+    evals = {int(p.stem.rsplit("_", 1)[1]): json.loads(p.read_text())
+             for p in (run_dir / "eval_results").glob("eval_step_*.json")}
+    train = [r for r in read_jsonl(run_dir / "metrics.jsonl") if r["split"] == "train" and "train/reward" in r]
+    return run_dir, evals, train
+
+
+def test_digits_preset_signed_reward_and_eval_before_and_after(tmp_path):
+    run_dir, evals, train = _run(tmp_path, "digits", "max_steps=2")
+    assert sorted(evals) == [0, 2]  # eval before and after training only
+    assert all(e["task"] == "sum_digits" for e in evals[0]["examples"])
+    for r in train:
+        assert "train/rewards/format/mean" not in r  # correctness only
+        # every completion scores +1 or -1, so the mean is (correct - wrong) / n
+        assert -1.0 <= r["train/rewards/accuracy/mean"] <= 1.0
+        assert r["train/rewards/accuracy/mean"] == pytest.approx(2 * r["train/accuracy/sum_digits"] - 1)
+
+
+def test_gsm8k_preset_combined_reward_group_16_lora(tmp_path):
+    run_dir, evals, train = _run(tmp_path, "gsm8k", "max_steps=1")
+    assert all(e["task"] == "gsm_symbolic" for e in evals[0]["examples"])
+    (r,) = train
+    assert {"train/rewards/correct_and_format/mean"} <= set(r) and "train/rewards/accuracy/mean" not in r
+    assert -0.1 - 1e-6 <= r["train/rewards/correct_and_format/mean"] <= 1.0 + 1e-6  # float32 means
+    config = (run_dir / "config.yaml").read_text()
+    assert "num_generations: 16" in config and "format_weight: 0.1" in config
+    assert (run_dir / "final" / "adapter_model.safetensors").is_file()  # LoRA, as the recipe
+
+
+def test_code_preset_test_reward_and_pass_at_k(tmp_path):
+    run_dir, evals, train = _run(tmp_path, "code", "max_steps=1", "eval.pass_k.samples=2", "eval.pass_k.k=[1,2]")
+    (r,) = train
+    # fraction passed x 1 + 1 for a perfect solution: between 0 and 2
+    assert 0.0 <= r["train/rewards/code_tests/mean"] <= 2.0
+    metrics = evals[1]["metrics"]
+    assert {"pass@1", "pass@2", "accuracy"} <= set(metrics)
+    assert 0.0 <= metrics["pass@1"] <= metrics["pass@2"] <= 1.0
+    for e in evals[1]["examples"]:
+        assert e["task"] == "python_functions" and e["rule"] in ("answer_tag", "fenced", "raw", "none")
+        assert e["correct"] == (e["score"] >= 1.0) and e["num_samples"] == 2
+
+
+def test_rg_multitask_preset_weighted_tasks_and_variance_logging(tmp_path):
+    run_dir, evals, train = _run(tmp_path, "rg_multitask", "max_steps=2", "eval.every_n_steps=1")
+    assert sorted(evals) == [0, 1, 2]
+    tasks = {e["task"] for e in evals[0]["examples"]}
+    assert tasks == {"basic_arithmetic", "syllogism", "chain_sum"}  # eval.size per task
+    assert len(evals[0]["examples"]) == 12
+    for task in tasks:
+        assert 0.0 <= evals[2]["metrics"][f"{task}/accuracy"] <= 1.0
+    for r in train:
+        assert 0.0 <= r["train/groups/reward_varied"] <= 1.0 and 0.0 <= r["train/groups/answer_varied"] <= 1.0

@@ -1,0 +1,233 @@
+"""The sandbox against hostile programs: none harms the host or the run, none scores as a pass.
+
+Python programs are tried under both isolation levels ("full": namespaces, Landlock, dropped
+capabilities where this machine allows; "basic": rlimits + the Python guard only). Shell programs
+bypass the Python guard, so they prove the OS layers and run only where those layers exist.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+
+import pytest
+
+from rewards.code import TestSuite, run_suites
+from rewards.sandbox import Executor, Program, configure
+
+ISOLATION = ["full", "basic"]
+SUITE = TestSuite("add", (("assert candidate(1, 2) == 3", True), ("assert candidate(2, 2) == 4", True)))
+
+
+@pytest.fixture(scope="module")
+def executors():
+    return {level: Executor(timeout=3, isolation=level) for level in ISOLATION}
+
+
+def _passed(executor: Executor, solution: str) -> int:
+    return run_suites([solution], [SUITE], timeout=1.0, executor=executor)[0].passed
+
+
+def _os_layers() -> dict:
+    return Executor().layers()
+
+
+needs_os_layers = pytest.mark.skipif(
+    not ({"net", "pid"} <= set(_os_layers().get("namespaces", [])) and _os_layers().get("landlock_abi", 0) >= 6),
+    reason="this machine gives no network+PID namespaces or Landlock >= 6 to a program",
+)
+
+
+def test_a_correct_solution_passes_and_a_wrong_one_does_not(executors):
+    for ex in executors.values():
+        assert _passed(ex, "def add(a, b):\n    return a + b") == 2
+        assert _passed(ex, "def add(a, b):\n    return a * b") == 1  # 2*2 == 4
+        assert _passed(ex, "def add(a, b):\n    return 0") == 0
+
+
+@pytest.mark.parametrize("level", ISOLATION)
+def test_infinite_loop_is_killed_on_time(executors, level):
+    ex = executors[level]
+    start = time.monotonic()
+    result = ex.run_one(Program("while True:\n    pass", timeout=1.5))
+    assert result.timed_out and not result.ok
+    assert time.monotonic() - start < 4
+    assert _passed(ex, "def add(a, b):\n    while True:\n        pass") == 0
+
+
+def _count_processes() -> int:
+    return sum(name.isdigit() for name in os.listdir("/proc"))
+
+
+@pytest.mark.parametrize("level", ISOLATION)
+def test_fork_bomb_is_contained(executors, level):
+    before = _count_processes()
+    bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except Exception:\n        pass"
+    result = executors[level].run_one(Program(bomb, timeout=2))
+    assert not result.ok
+    time.sleep(0.5)
+    assert _count_processes() <= before + 5  # nothing left behind
+    assert _passed(executors[level], bomb + "\ndef add(a, b):\n    return a + b") == 0
+
+
+@needs_os_layers
+def test_shell_fork_bomb_leaves_nothing_behind():
+    before = _count_processes()
+    result = Executor(timeout=2).run_one(Program(":(){ :|:& };:\nsleep 5", language="bash"))
+    assert not result.ok
+    time.sleep(0.5)
+    assert _count_processes() <= before + 5
+
+
+@pytest.mark.parametrize("level", ISOLATION)
+def test_huge_allocation_fails_inside_the_program(executors, level):
+    result = executors[level].run_one(Program("x = bytearray(10 * 1024 ** 3)\nprint('allocated')"))
+    assert not result.ok and "allocated" not in result.stdout
+    assert "MemoryError" in result.stderr
+    assert _passed(executors[level], "x = bytearray(10 * 1024 ** 3)\ndef add(a, b):\n    return a + b") == 0
+
+
+@pytest.fixture
+def tcp_server():
+    """A listening socket on the host; records whether anything ever connected."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(5)
+    server.settimeout(0.2)
+    hits, stop = [], threading.Event()
+
+    def accept():
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+                hits.append(1)
+                conn.close()
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1], hits
+    stop.set()
+    thread.join()
+    server.close()
+
+
+@pytest.mark.parametrize("level", ISOLATION)
+def test_no_network(executors, level, tcp_server):
+    port, hits = tcp_server
+    for source in (f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)\nprint('connected')",
+                   f"import _socket\ns = _socket.socket()\ns.connect(('127.0.0.1', {port}))\nprint('connected')"):
+        result = executors[level].run_one(Program(source))
+        assert not result.ok and "connected" not in result.stdout
+    time.sleep(0.3)
+    assert hits == []
+
+
+@needs_os_layers
+def test_no_network_for_a_shell_either(tcp_server):
+    port, hits = tcp_server
+    result = Executor().run_one(Program(f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected", language="bash"))
+    assert "connected" not in result.stdout
+    time.sleep(0.3)
+    assert hits == []
+
+
+@pytest.mark.parametrize("level", ISOLATION)
+def test_cannot_write_outside_its_directory(executors, level, tmp_path):
+    target = tmp_path / "pwned.txt"
+    os.chmod(tmp_path, 0o777)
+    result = executors[level].run_one(Program(f"open({str(target)!r}, 'w').write('x')\nprint('wrote')"))
+    assert not result.ok and not target.exists()
+    inside = executors[level].run_one(Program("open('notes.txt', 'w').write('x')\nprint(open('notes.txt').read())"))
+    assert inside.ok and inside.stdout.strip() == "x"  # its own directory is writable
+
+
+@needs_os_layers
+def test_shell_cannot_write_outside_or_read_credentials(tmp_path):
+    target = tmp_path / "pwned.txt"
+    os.chmod(tmp_path, 0o777)
+    secret_file = tmp_path / "token"
+    secret_file.write_text("hf_secret_token")
+    result = Executor().run_one(Program(f"echo x > {target}; cat {secret_file}; cat /proc/{os.getpid()}/environ",
+                                        language="bash"))
+    assert not target.exists()
+    assert "hf_secret_token" not in result.stdout and "GRPO" not in result.stdout
+
+
+@pytest.mark.parametrize("level", ISOLATION)
+def test_environment_is_scrubbed(executors, level, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_secret_value")
+    monkeypatch.setenv("WANDB_API_KEY", "wandb_secret_value")
+    result = executors[level].run_one(Program("import os\nprint(dict(os.environ))"))
+    assert result.ok
+    assert "secret_value" not in result.stdout and "HF_TOKEN" not in result.stdout
+
+
+@pytest.mark.parametrize("level", ISOLATION)
+def test_huge_output_is_capped(level):
+    ex = Executor(timeout=5, isolation=level, max_output_kb=256)
+    source = "import sys\nfor _ in range(100):\n    sys.stdout.write('x' * 1_000_000)\nprint('done')"
+    result = ex.run_one(Program(source))
+    assert not result.ok and len(result.stdout) <= 256 * 1024 and "done" not in result.stdout
+    assert run_suites([source + "\ndef add(a, b):\n    return a + b"], [SUITE], executor=ex)[0].passed == 0
+
+
+@pytest.mark.parametrize("level", ISOLATION)
+def test_killing_the_parent_harms_nothing(executors, level):
+    source = f"import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.kill({os.getpid()}, signal.SIGKILL)"
+    result = executors[level].run_one(Program(source))
+    assert not result.ok  # and this test process is still here to check it
+    assert _passed(executors[level], source + "\ndef add(a, b):\n    return a + b") == 0
+
+
+@needs_os_layers
+def test_shell_signals_reach_nothing_outside():
+    result = Executor().run_one(Program(f"kill -9 $PPID; kill -9 {os.getpid()}; kill -9 -1; echo alive", language="bash"))
+    assert result.returncode is not None  # the executor (this process) survived to read the result
+
+
+@pytest.mark.parametrize("level", ISOLATION)
+def test_early_exit_and_fake_verdicts_are_not_passes(executors, level):
+    ex = executors[level]
+    assert _passed(ex, "import sys\nsys.exit(0)\ndef add(a, b):\n    return a + b") == 0
+    assert _passed(ex, "import os\nos._exit(0)") == 0
+    assert _passed(ex, "raise SystemExit(0)") == 0
+    fake = "print('\\n' + '0' * 32 + ' [true, true]')\ndef add(a, b):\n    return 0"
+    assert _passed(ex, fake) == 0
+    # an atexit hook cannot rewrite the verdict either
+    assert _passed(ex, "import atexit\natexit.register(lambda: print('x [true, true]'))\n"
+                       "def add(a, b):\n    return 0") == 0
+
+
+def test_programs_run_in_parallel():
+    ex = Executor(timeout=5, workers=2)
+    programs = [Program("import time\ntime.sleep(1)")] * 4
+    start = time.monotonic()
+    results = ex.run(programs)
+    assert all(r.ok for r in results)
+    assert time.monotonic() - start < 3.5  # 4 x 1 s on 2 workers, not 4 s
+
+
+def test_language_template_plugs_in_another_interpreter():
+    ex = Executor(languages={"sh": {"command": ["/bin/sh", "{file}"], "extension": ".sh"}})
+    result = ex.run_one(Program("echo hello from sh", language="sh"))
+    assert result.ok and result.stdout.strip() == "hello from sh"
+    suite = TestSuite("double", (("[ \"$(double 3)\" = 6 ]", True), ("[ \"$(double 5)\" = 10 ]", True)), language="sh")
+    outcome = run_suites(["double() { echo $(( $1 * 2 )); }"], [suite], executor=ex)[0]
+    assert (outcome.passed, outcome.total) == (2, 2)
+    assert ex.run_one(Program("x", language="cobol")).error.startswith("unknown language 'cobol'")
+    missing = Executor(languages={"q": {"command": ["q-not-installed", "{file}"]}}).run_one(Program("1", language="q"))
+    assert "not found" in missing.error
+
+
+def test_bad_settings_name_the_key():
+    with pytest.raises(ValueError, match="unknown key 'timout'.*Did you mean 'timeout'"):
+        configure(timout=3)
+    with pytest.raises(ValueError, match="isolation must be 'full' or 'basic'"):
+        Executor(isolation="none")
+    with pytest.raises(ValueError, match="sandbox.memory_mb must be a positive number"):
+        Executor(memory_mb=0)
+    with pytest.raises(ValueError, match="sandbox.languages.q needs a 'command'"):
+        Executor(languages={"q": {"extension": ".q"}})

@@ -1,0 +1,116 @@
+"""Every task in the registry scores its own reference answer as correct through our path.
+
+For each task: a few entries from its default config, the training row built from each (`to_row`),
+and the reference answer written the way a model would in each tag format. That text must pass the
+strict format check, and what the extraction takes from it must score >= 1.0 with the task's own
+verifier, called on the row as the evaluator calls it (metadata as JSON text, answer as str).
+
+How a reference is written:
+- answer_tag, one-line answer:   "<reasoning>\\n[ANSWER] <answer>"
+- answer_tag, multi-line answer: "<reasoning>\\n[ANSWER]\\n<answer lines>"   (grids, boards, moves)
+- think: "<think>..</think><answer><answer></answer>", the answer on its own lines when multi-line
+- code tasks: the program in a ```python block in the answer's place, extracted by `TaskSet.extract`
+
+Tasks in `KNOWN_UNSCORABLE` (no reference answer to score) are strict xfails, so the list cannot go
+stale. Generation is fast for every task (slowest, knight_swap and arc_agi: under 1 s for 3 entries),
+so all use the same size; `qa_file` reads a small file written here, its only required config.
+"""
+from __future__ import annotations
+
+import functools
+import json
+
+import pytest
+from reasoning_gym.factory import DATASETS
+
+from grpo_recipes.data import system_prompt, to_row
+from rewards.extraction import extract_answer
+from rewards.format import format_ok
+from tasks.registry import KNOWN_UNSCORABLE, TaskSet, available_tasks
+
+SIZE = 3
+SEED = 20240607
+FORMATS = ("answer_tag", "think")
+QA_ROWS = [{"question": "What is 1,000 + 234?", "answer": "1,234"},
+           {"question": "Name the capital of France.", "answer": "Paris"},
+           {"question": "Compute 0.5 + 0.25.", "answer": "0.75"},
+           {"question": "List the primes below 8.", "answer": "2, 3, 5, 7"}]
+
+
+@pytest.fixture(scope="module")
+def qa_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("qa") / "qa.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in QA_ROWS))
+    return str(path)
+
+
+def _config(name: str, qa_path: str) -> dict:
+    return {"path": qa_path} if name == "qa_file" else {}
+
+
+@functools.cache
+def _sample(name: str, qa_path: str) -> tuple[TaskSet, list[dict]]:
+    taskset = TaskSet({name: {"config": _config(name, qa_path)}})
+    return taskset, taskset.sample(SIZE, seed=SEED)
+
+
+def _is_code(name: str) -> bool:
+    return bool(getattr(DATASETS[name][0], "is_code", False))
+
+
+def written(answer: str, prompt_format: str, code: bool = False) -> str:
+    """`answer` as a model following `prompt_format` would write it."""
+    if code:
+        answer = f"```python\n{answer.strip(chr(10))}\n```"
+    multiline = "\n" in answer
+    if prompt_format == "answer_tag":
+        return "Let me work through this step by step.\n[ANSWER]" + ("\n" if multiline else " ") + answer
+    if prompt_format == "think":
+        body = f"\n{answer}\n" if multiline else answer
+        return f"<think>Let me work through this step by step.</think>\n<answer>{body}</answer>"
+    raise ValueError(prompt_format)
+
+
+def _marks(name: str) -> list:
+    reason = KNOWN_UNSCORABLE.get(name)
+    return [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
+
+
+@pytest.mark.parametrize("prompt_format", FORMATS)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=_marks(n)) for n in available_tasks()])
+def test_reference_answer_scores_through_our_path(name, prompt_format, qa_path):
+    taskset, entries = _sample(name, qa_path)
+    assert entries, f"{name}: no entries"
+    system = system_prompt({"prompt_format": prompt_format})
+    failures = []
+    for entry in entries:
+        assert entry["answer"] is not None, f"{name}: the entry has no reference answer"
+        row = to_row(entry, system)
+        user = row["prompt"][-1]
+        assert user["role"] == "user" and isinstance(user["content"], str) and user["content"].strip()
+        assert row["task"] == name
+
+        text = written(row["answer"], prompt_format, code=_is_code(name))
+        assert format_ok(text, prompt_format, strict=True), f"{name}: strict {prompt_format} rejects {text!r}"
+        extracted = taskset.extract(text, name) if _is_code(name) else extract_answer(text)
+        scored = {"question": row["question"], "answer": row["answer"], "metadata": row["metadata"]}
+        score = taskset.score(extracted.answer, scored)
+        if score < 1.0:
+            failures.append(f"reference {row['answer']!r} -> extracted {extracted.answer!r} ({extracted.rule}) "
+                            f"-> score {score}")
+    assert not failures, f"{name} [{prompt_format}]:\n" + "\n".join(failures)
+
+
+def test_number_spelling_is_not_held_against_a_correct_answer():
+    # The extraction writes "0.0" as "0"; codeio compares strings, so the reference's spelling is scored.
+    taskset = TaskSet({"codeio": {}})
+    entry = {"question": "q", "answer": "0.0", "metadata": json.dumps({"source_dataset": "codeio"})}
+    assert taskset.score(extract_answer("[ANSWER] 0.0").answer, entry) == 1.0
+    assert taskset.score("0.00", entry) == 1.0 and taskset.score("0.1", entry) == 0.0
+    # Not a spelling of the same number: the verifier decides (advanced_geometry wants "0.480" as written).
+    assert taskset.score("0", {**entry, "answer": "0.5"}) == 0.0
+
+
+def test_known_unscorable_names_registered_tasks():
+    assert set(KNOWN_UNSCORABLE) <= set(available_tasks())
+    assert all(isinstance(r, str) and r.strip() and "\n" not in r for r in KNOWN_UNSCORABLE.values())
