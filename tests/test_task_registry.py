@@ -37,15 +37,25 @@ QA_ROWS = [{"question": "What is 1,000 + 234?", "answer": "1,234"},
            {"question": "List the primes below 8.", "answer": "2, 3, 5, 7"}]
 
 
+CODE_ROWS = [{"question": "Write `double(x)`.", "entry_point": "double", "solution": "def double(x):\n    return 2 * x",
+              "tests": ["assert candidate(2) == 4", "assert double(-1) == -2"]},
+             {"question": "Write `first(xs)`.", "entry_point": "first", "solution": "def first(xs):\n    return xs[0]",
+              "tests": ["assert candidate([3, 4]) == 3"]}]
+
+
 @pytest.fixture(scope="module")
 def qa_path(tmp_path_factory):
-    path = tmp_path_factory.mktemp("qa") / "qa.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in QA_ROWS))
-    return str(path)
+    """The file tasks' required path: `<dir>/qa.jsonl` (qa_file) and `<dir>/code.jsonl` (code_file)."""
+    root = tmp_path_factory.mktemp("qa")
+    (root / "qa.jsonl").write_text("".join(json.dumps(r) + "\n" for r in QA_ROWS))
+    (root / "code.jsonl").write_text("".join(json.dumps(r) + "\n" for r in CODE_ROWS))
+    return str(root)
 
 
 def _config(name: str, qa_path: str) -> dict:
-    return {"path": qa_path} if name == "qa_file" else {}
+    files = {"qa_file": {"path": f"{qa_path}/qa.jsonl"},
+             "code_file": {"path": f"{qa_path}/code.jsonl", "solution_column": "solution"}}
+    return files.get(name, {})
 
 
 @functools.cache
