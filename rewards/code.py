@@ -69,8 +69,12 @@ class TestSuite:
                 return None
         if not isinstance(metadata, dict) or "tests" not in metadata:
             return None
-        return cls(metadata["entry_point"], tuple((s, bool(c)) for s, c in metadata["tests"]),
-                   metadata.get("setup", ""), metadata.get("language", "python"), metadata.get("code_prompt", ""))
+        try:
+            return cls(str(metadata.get("entry_point") or ""), tuple((str(s), bool(c)) for s, c in metadata["tests"]),
+                       str(metadata.get("setup") or ""), str(metadata.get("language") or "python"),
+                       str(metadata.get("code_prompt") or ""))
+        except (TypeError, ValueError):
+            return None
 
     def to_metadata(self) -> dict[str, Any]:
         return {"entry_point": self.entry_point, "tests": [list(t) for t in self.tests], "setup": self.setup,
@@ -116,8 +120,22 @@ def assemble(solution: str, suite: TestSuite) -> str:
 
 
 _HARNESS = r'''
-def _run_tests(solution, setup, entry, steps, per_test):
-    import os, signal, sys, json
+def _run_tests(program, prompt, setup, entry, steps, per_test):
+    # Everything the verdict depends on is bound here, before the solution runs: it may patch
+    # builtins, modules or its own globals, but the tests run in a fresh namespace (pristine
+    # builtins, the task's own prompt code, modules restored) and see only its function, whose
+    # return values must be plain data (no object that equals everything).
+    import builtins, json, os, signal, sys, time
+    _exec, _compile, _write, _exit, _dumps = exec, compile, os.write, os._exit, json.dumps
+    _setitimer, _timer, _now, _type, _all, _dict = signal.setitimer, signal.ITIMER_REAL, time.monotonic, type, all, dict
+    _modules, _vars, _list = sys.modules, vars, list
+    pristine = _dict(builtins.__dict__)
+    for name in ("math", "random", "copy", "string", "re", "collections", "itertools", "functools", "fractions",
+                 "hashlib", "heapq", "bisect", "statistics", "typing"):
+        __import__(name)
+    _module_type, _isinstance = type(sys), isinstance
+    saved = {name: (m, _dict(_vars(m))) for name, m in _list(_modules.items()) if _isinstance(m, _module_type)}
+    others = {name: m for name, m in _list(_modules.items()) if name not in saved}
     nonce = sys.stdin.readline().strip()
     out = os.dup(1)
 
@@ -128,40 +146,86 @@ def _run_tests(solution, setup, entry, steps, per_test):
         raise TestTimeout()
 
     signal.signal(signal.SIGALRM, alarm)
-    env = {"__name__": "solution", "__builtins__": __builtins__}
+    plain_types = (int, float, complex, str, bytes, bool, type(None))
+
+    def plain(value, depth=0):
+        t = _type(value)
+        if t in plain_types:
+            return True
+        if depth > 50:
+            return False
+        if t in (list, tuple, set, frozenset):
+            return _all(plain(v, depth + 1) for v in value)
+        if t is dict:
+            return _all(plain(k, depth + 1) and plain(v, depth + 1) for k, v in value.items())
+        return False
+
+    def checked(fn):
+        def candidate(*args, **kwargs):
+            value = fn(*args, **kwargs)
+            if not plain(value):
+                raise TypeError("sandbox: the solution returned something other than plain data")
+            return value
+        return candidate
+
+    solution_env = {"__name__": "solution"}
+    tests_env = {"__name__": "tests", "__builtins__": pristine}
+    defined = False
     try:
-        signal.setitimer(signal.ITIMER_REAL, 2 * per_test)
-        exec(compile(solution, "solution.py", "exec"), env)
-        exec(compile(setup, "tests.py", "exec"), env)
-        if entry:
-            env["candidate"] = env[entry]
+        _setitimer(_timer, 2 * per_test)
+        _exec(_compile(program, "solution.py", "exec"), solution_env)
+        function = solution_env[entry] if entry else None
         defined = True
     except BaseException:
-        defined = False
+        pass
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        _setitimer(_timer, 0)
+    for name, (module, contents) in saved.items():  # undo what the solution did to modules
+        _modules[name] = module
+        current = _vars(module)
+        for key in _list(current):
+            if key not in contents:
+                del current[key]
+        current.update(contents)
+    for name in _list(_modules):
+        if name not in saved and name not in others:
+            del _modules[name]
+    _modules.update(others)
+    if defined:
+        try:
+            _setitimer(_timer, 2 * per_test)
+            _exec(_compile(prompt, "prompt.py", "exec"), tests_env)
+            _exec(_compile(setup, "tests.py", "exec"), tests_env)
+            if entry:
+                tests_env[entry] = tests_env["candidate"] = checked(function)
+        except BaseException:
+            defined = False
+        finally:
+            _setitimer(_timer, 0)
     results = []
     for source, counted in steps:
         ok = False
         if defined:
+            start = _now()
             try:
-                signal.setitimer(signal.ITIMER_REAL, per_test)
-                exec(compile(source, "tests.py", "exec"), env)
+                _setitimer(_timer, per_test)
+                _exec(_compile(source, "tests.py", "exec"), tests_env)
                 ok = True
             except BaseException:
                 ok = False
             finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
+                _setitimer(_timer, 0)
+            ok = ok and _now() - start <= per_test * 1.5  # an ignored alarm still fails the slow test
         if counted:
             results.append(ok)
-    os.write(out, ("\n" + nonce + " " + json.dumps(results) + "\n").encode())
-    os._exit(0)  # skip any atexit handler the solution registered
+    _write(out, ("\n" + nonce + " " + _dumps(results) + "\n").encode())
+    _exit(0)  # skip any atexit handler the solution registered
 
 '''
 
 
 def python_harness(solution: str, suite: TestSuite, per_test_timeout: float) -> str:
-    args = [assemble(solution, suite), suite.setup, suite.entry_point, [list(t) for t in suite.tests],
+    args = [assemble(solution, suite), suite.prompt, suite.setup, suite.entry_point, [list(t) for t in suite.tests],
             float(per_test_timeout)]
     return _HARNESS + f"import json as _json\n_run_tests(*_json.loads({json.dumps(args)!r}))\n"
 
@@ -186,11 +250,11 @@ def run_suites(solutions: Sequence[str | None], suites: Sequence[TestSuite], tim
     executor = executor or get_executor()
     programs, owners, nonces = [], [], []
     for i, (solution, suite) in enumerate(zip(solutions, suites)):
-        if solution is None or not suite.num_tests:
+        if solution is None or suite is None or not suite.num_tests:
             continue
         if suite.language == "python":
             nonce = secrets.token_hex(16)
-            budget = timeout * (suite.num_tests + 2) + 2.0  # interpreter start + definition + tests
+            budget = timeout * (len(suite.tests) + 6) + 2.0  # start, definition, prompt + setup, every step
             programs.append(Program(python_harness(solution, suite, timeout), "python", nonce + "\n", budget))
             owners.append((i, None))
             nonces.append(nonce)
@@ -205,7 +269,7 @@ def run_suites(solutions: Sequence[str | None], suites: Sequence[TestSuite], tim
                 else:
                     prelude.append(source)
     results = executor.run(programs)
-    outcomes = [Outcome(0, s.num_tests) for s in suites]
+    outcomes = [Outcome(0, s.num_tests if s is not None else 0) for s in suites]
     for (i, per_test), nonce, result in zip(owners, nonces, results):
         outcome = outcomes[i]
         outcome.timed_out |= result.timed_out

@@ -231,3 +231,41 @@ def test_bad_settings_name_the_key():
         Executor(memory_mb=0)
     with pytest.raises(ValueError, match="sandbox.languages.q needs a 'command'"):
         Executor(languages={"q": {"extension": ".q"}})
+
+
+FORGERIES = {  # ways a solution could try to make the harness report passes it did not earn
+    "patch_exec": "import builtins\nbuiltins.exec = lambda *a, **k: None\ndef add(a, b):\n    return 0",
+    "patch_compile": "import builtins\n_c = builtins.compile\n"
+                     "builtins.compile = lambda s, f, m, *a, **k: _c('pass', f, m)\ndef add(a, b):\n    return 0",
+    "patch_json": "import json\n_d = json.dumps\njson.dumps = lambda r, *a, **k: _d([True] * len(r))\n"
+                  "def add(a, b):\n    return 0",
+    "read_frames": "import sys, os\nf = sys._getframe(1).f_locals\n"
+                   "os.write(f['out'], (chr(10) + f['nonce'] + ' [true, true]' + chr(10)).encode())\nos._exit(0)",
+    "traceback_frames": "import os\ntry:\n    raise ValueError\nexcept ValueError as e:\n"
+                        "    f = e.__traceback__.tb_frame.f_back.f_locals\n"
+                        "os.write(f['out'], (chr(10) + f['nonce'] + ' [true, true]' + chr(10)).encode())\nos._exit(0)",
+    "equals_everything": "class Any:\n    def __eq__(self, other):\n        return True\n"
+                         "def add(a, b):\n    return Any()",
+    "int_subclass": "class I(int):\n    def __eq__(self, other):\n        return True\ndef add(a, b):\n    return I(0)",
+    "patch_module": "import math\nmath.fsum = lambda xs: 3\ndef add(a, b):\n    return 0",
+    "ignore_alarm": "import signal, time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+                    "def add(a, b):\n    time.sleep(1.5)\n    return a + b",
+}
+
+
+@pytest.mark.parametrize("name", sorted(FORGERIES))
+def test_forged_verdicts_pass_nothing(executors, name):
+    suite = TestSuite("add", (("import math\nassert candidate(1, 2) == math.fsum([1, 2])", True),
+                              ("assert candidate(2, 2) == 4", True)))
+    (outcome,) = run_suites([FORGERIES[name]], [suite], timeout=1.0, executor=executors["full"])
+    assert outcome.passed == 0, name
+
+
+def test_the_tasks_own_helpers_cannot_be_redefined_by_the_solution():
+    """HumanEval/32-style: tests call a helper from the prompt; a solution redefining it gains nothing."""
+    prompt = "def poly(xs, x):\n    return sum(c * x ** i for i, c in enumerate(xs))\n\ndef find_zero(xs):\n    '''z'''\n"
+    suite = TestSuite("find_zero", (("assert abs(poly([-2, 1], candidate([-2, 1]))) < 1e-6", True),), prompt=prompt)
+    cheat = "def poly(xs, x):\n    return 0\n\ndef find_zero(xs):\n    return 0.0"
+    honest = "def find_zero(xs):\n    return -xs[0] / xs[1]"
+    outcomes = run_suites([cheat, honest], [suite, suite], timeout=1.0)
+    assert [o.passed for o in outcomes] == [0, 1]

@@ -193,3 +193,29 @@ def test_wandb_offline_logger_gives_each_sweep_job_its_own_run(tmp_path):
         for name in (b"eval/accuracy", b"train/reward", b"train/groups/reward_varied"):
             assert name in data
         assert b"eval_accuracy" not in data
+
+
+def test_a_question_answer_file_trains_from_the_command_line(tmp_path):
+    rows = [{"question": f"What is {a} plus {b}?", "answer": f"{a} + {b} = {a + b}\n#### {a + b:,}"}
+            for a, b in [(1000, 500), (3, 4), (12, 30), (7, 8), (900, 200), (5, 5)]]
+    path = tmp_path / "gsm.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    proc = run_train(*TINY, f"output_root={tmp_path}", "dataset=qa_file", f"dataset.tasks.qa_file.config.path={path}",
+                     "eval.size=2", "max_steps=1", "run_name=qa")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ev = json.loads((tmp_path / "qa" / "eval_results" / "eval_step_1.json").read_text())
+    answers = {str(a + b) for a, b in [(1000, 500), (3, 4), (12, 30), (7, 8), (900, 200), (5, 5)]}
+    assert len(ev["examples"]) == 2 and all(e["task"] == "qa_file" and e["answer"] in answers for e in ev["examples"])
+
+
+def test_humaneval_evaluates_from_the_command_line(tmp_path):
+    proc = run_train(*TINY, f"output_root={tmp_path}", "dataset=humaneval", "eval_only=true", "eval.size=3",
+                     "run_name=he")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "code tasks run in the sandbox" in proc.stdout + proc.stderr
+    (path,) = (tmp_path / "he" / "eval_results").glob("eval_step_*.json")
+    ev = json.loads(path.read_text())
+    assert len(ev["examples"]) == 3
+    for e in ev["examples"]:
+        assert e["task"] == "humaneval" and e["question"].startswith("Complete this Python function")
+        assert e["rule"] in ("answer_tag", "fenced", "raw", "none") and 0.0 <= e["score"] <= 1.0

@@ -90,7 +90,9 @@ class Executor:
     max_output_kb: int = 1024
     max_processes: int = 64
     workers: int | None = None
-    isolation: str = "full"  # full: namespaces + Landlock + uid drop where allowed | basic: rlimits only
+    # full: + namespaces, Landlock, dropped capabilities where the OS allows | basic: rlimits + the Python
+    # guard only (for machines without them; as root it does not stop a non-Python program)
+    isolation: str = "full"
     languages: Mapping[str, Mapping] = field(default_factory=dict)
     read_paths: Sequence[str] = ()
 
@@ -146,8 +148,15 @@ class Executor:
         if program.language not in self.languages:
             return Result(None, "", "", False, 0.0,
                           error=f"unknown language '{program.language}'; configured: {', '.join(self.languages)}")
+        try:
+            return self._run(program, report_layers, start)
+        except OSError as err:  # no disk, no pids, a cleaned /tmp: this program fails, the run goes on
+            return Result(None, "", "", False, time.monotonic() - start, error=f"sandbox could not run it: {err}")
+
+    def _run(self, program: Program, report_layers: bool, start: float) -> Result:
         spec = self.languages[program.language]
         timeout = float(program.timeout or self.timeout)
+        self._root.mkdir(mode=0o700, exist_ok=True)
         box = Path(tempfile.mkdtemp(prefix="run-", dir=self._root))
         workdir, logs = box / "work", box / "logs"
         try:
