@@ -256,27 +256,31 @@ def run_suites(solutions: Sequence[str | None], suites: Sequence[TestSuite], tim
             nonce = secrets.token_hex(16)
             budget = timeout * (len(suite.tests) + 6) + 2.0  # start, definition, prompt + setup, every step
             programs.append(Program(python_harness(solution, suite, timeout), "python", nonce + "\n", budget))
-            owners.append((i, None))
+            owners.append((i, "harness"))
             nonces.append(nonce)
         else:
+            # After the test, the language's `epilogue` echoes a nonce from stdin: a program that exits 0
+            # before its test ran never prints it. Without an epilogue, exit status 0 is the verdict.
+            epilogue = executor.languages.get(suite.language, {}).get("epilogue")
             prelude = []
             for source, counted in suite.tests:
                 if counted:
-                    body = "\n".join([assemble(solution, suite), suite.setup, *prelude, source])
-                    programs.append(Program(body, suite.language, "", timeout + 2.0))
-                    owners.append((i, len(programs)))
-                    nonces.append(None)
+                    nonce = secrets.token_hex(16) if epilogue else None
+                    body = "\n".join([assemble(solution, suite), suite.setup, *prelude, source, epilogue or ""])
+                    programs.append(Program(body, suite.language, f"{nonce}\n" if nonce else "", timeout + 2.0))
+                    owners.append((i, "test"))
+                    nonces.append(nonce)
                 else:
                     prelude.append(source)
     results = executor.run(programs)
     outcomes = [Outcome(0, s.num_tests if s is not None else 0) for s in suites]
-    for (i, per_test), nonce, result in zip(owners, nonces, results):
+    for (i, kind), nonce, result in zip(owners, nonces, results):
         outcome = outcomes[i]
         outcome.timed_out |= result.timed_out
-        if nonce is not None:
+        if kind == "harness":
             verdict = _parse_verdict(result.stdout, nonce, outcome.total)
             outcome.passed = sum(verdict) if verdict else 0
-        elif result.ok:
+        elif result.ok and (nonce is None or result.stdout.rstrip("\n").rsplit("\n", 1)[-1] == nonce):
             outcome.passed += 1
     return outcomes
 

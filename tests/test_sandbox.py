@@ -269,3 +269,44 @@ def test_the_tasks_own_helpers_cannot_be_redefined_by_the_solution():
     honest = "def find_zero(xs):\n    return -xs[0] / xs[1]"
     outcomes = run_suites([cheat, honest], [suite, suite], timeout=1.0)
     assert [o.passed for o in outcomes] == [0, 1]
+
+
+def _has_layer(name: str) -> bool:
+    return bool(_os_layers().get(name))
+
+
+def _running(marker: str) -> bool:
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if marker.encode() in f.read():
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+@pytest.mark.skipif(not _has_layer("pids_cgroup"), reason="no pids cgroup for the sandbox on this machine")
+@pytest.mark.parametrize("level", ISOLATION)
+def test_processes_that_leave_the_group_are_killed_and_forks_are_capped(level):
+    ex = Executor(timeout=2, isolation=level, max_processes=16)
+    result = ex.run_one(Program("setsid sleep 31.25 &\nfor i in $(seq 40); do sleep 30 & done\nwait", language="bash"))
+    assert "fork: retry" in result.stderr or "Resource temporarily unavailable" in result.stderr  # capped at 16
+    time.sleep(0.3)
+    assert not _running("31.25")  # escaped its process group, still killed
+
+
+@pytest.mark.skipif(not _has_layer("private_filesystem"), reason="no mount namespace for the sandbox here")
+def test_working_directory_has_a_disk_quota_and_tmp_is_private():
+    ex = Executor(disk_mb=8)
+    result = ex.run_one(Program("for i in range(20):\n    open(f'f{i}', 'wb').write(b'x' * 1_000_000)\nprint('wrote')"))
+    assert not result.ok and "No space left" in result.stderr
+    shadow = ex.run_one(Program("print(open('/etc/shadow').read())"))
+    assert not shadow.ok and "Permission denied" in shadow.stderr
+
+
+def test_shell_solutions_cannot_pass_by_exiting_early():
+    suite = TestSuite("double", (('[ "$(double 3)" = 6 ]', True), ('[ "$(double 5)" = 10 ]', True)), language="bash")
+    solutions = ["double() { echo $(( $1 * 2 )); }", "exit 0", 'trap "exit 0" EXIT\ndouble() { echo 1; }',
+                 "double() { echo 6; }"]
+    assert [o.passed for o in run_suites(solutions, [suite] * 4)] == [2, 0, 0, 1]

@@ -27,12 +27,19 @@ from pathlib import Path
 from rewards.sandbox.guard import GUARD
 
 LAUNCHER = Path(__file__).with_name("launcher.py")
+# What of /etc an interpreter needs (not all of it: /etc/shadow and friends stay unreadable).
+ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/passwd",
+             "/etc/group", "/etc/nsswitch.conf", "/etc/alternatives", "/etc/mime.types")
 
-# {file} is the program's path, {python} this interpreter. `preamble` is prepended to the source.
+# {file} is the program's path, {python} this interpreter. `preamble` is prepended to the source;
+# `epilogue` (non-Python code tests) echoes stdin's first line after a test, proving the test ran.
+_SH_ECHO = '[ $? -eq 0 ] && { read -r __sandbox_nonce; printf "\\n%s\\n" "$__sandbox_nonce"; }'
 DEFAULT_LANGUAGES: dict[str, dict] = {
     "python": {"command": ["{python}", "-I", "-B", "{file}"], "extension": ".py", "preamble": GUARD},
-    "node": {"command": ["node", "{file}"], "extension": ".js"},
-    "bash": {"command": ["/bin/bash", "{file}"], "extension": ".sh"},
+    "node": {"command": ["node", "{file}"], "extension": ".js",
+             "epilogue": 'process.stdout.write("\\n" + require("fs").readFileSync(0, "utf8"));'},
+    "bash": {"command": ["/bin/bash", "{file}"], "extension": ".sh", "epilogue": _SH_ECHO},
+    "sh": {"command": ["/bin/sh", "{file}"], "extension": ".sh", "epilogue": _SH_ECHO},
 }
 
 
@@ -68,6 +75,52 @@ def _read_capped(path: Path, limit: int) -> tuple[str, bool]:
     return data[:limit].decode("utf-8", "replace"), len(data) > limit
 
 
+_CGROUP_ROOTS = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))  # cgroup v1 pids hierarchy, v2
+_cgroup_base: Path | None | bool = False  # False: not looked for yet
+
+
+def pids_cgroup_base() -> Path | None:
+    """A cgroup directory where each run gets a child with `pids.max` (root, or a delegated cgroup)."""
+    global _cgroup_base
+    if _cgroup_base is False:
+        _cgroup_base = None
+        for root in _CGROUP_ROOTS:
+            base = root / "grpo-sandbox"
+            try:
+                base.mkdir(exist_ok=True)
+                if (base / "pids.max").exists() and os.access(base, os.W_OK):
+                    _cgroup_base = base
+                    break
+            except OSError:
+                continue
+    return _cgroup_base
+
+
+def _kill_cgroup(cgroup: Path) -> None:
+    """Kill every process in the run's cgroup (including any that left the process group), remove it."""
+    for _ in range(200):
+        try:
+            pids = [int(p) for p in (cgroup / "cgroup.procs").read_text().split()]
+        except (OSError, ValueError):
+            break
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.005)
+    for _ in range(100):
+        try:
+            cgroup.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:  # busy until the last killed process is reaped
+            time.sleep(0.01)
+
+
 def _user_tasks() -> int:
     """Processes and threads this uid runs now (RLIMIT_NPROC counts them all)."""
     uid, n = os.getuid(), 0
@@ -89,6 +142,7 @@ class Executor:
     memory_mb: int = 1024
     max_output_kb: int = 1024
     max_processes: int = 64
+    disk_mb: int = 64  # the working directory is a tmpfs of this size where a mount namespace is allowed
     workers: int | None = None
     # full: + namespaces, Landlock, dropped capabilities where the OS allows | basic: rlimits + the Python
     # guard only (for machines without them; as root it does not stop a non-Python program)
@@ -99,7 +153,7 @@ class Executor:
     def __post_init__(self):
         if self.isolation not in ("full", "basic"):
             raise ValueError(f"sandbox.isolation must be 'full' or 'basic', got {self.isolation!r}")
-        for key in ("timeout", "memory_mb", "max_output_kb", "max_processes"):
+        for key in ("timeout", "memory_mb", "max_output_kb", "max_processes", "disk_mb"):
             if not isinstance(getattr(self, key), (int, float)) or getattr(self, key) <= 0:
                 raise ValueError(f"sandbox.{key} must be a positive number, got {getattr(self, key)!r}")
         for name, spec in self.languages.items():
@@ -130,7 +184,8 @@ class Executor:
         return command
 
     def _read_paths(self, command: list[str]) -> list[str]:
-        paths = {"/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/opt", "/dev/urandom", "/dev/zero", "/dev/random",
+        paths = {"/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/opt", "/dev/urandom", "/dev/zero", "/dev/random",
+                 *ETC_FILES,
                  sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(command[0]),
                  os.path.dirname(os.path.realpath(command[0])), *self.read_paths}
         return sorted(p for p in paths if p and os.path.exists(p))
@@ -158,11 +213,18 @@ class Executor:
         timeout = float(program.timeout or self.timeout)
         self._root.mkdir(mode=0o700, exist_ok=True)
         box = Path(tempfile.mkdtemp(prefix="run-", dir=self._root))
-        workdir, logs = box / "work", box / "logs"
+        workdir, src, logs = box / "work", box / "src", box / "logs"
+        cgroup = None
         try:
             workdir.mkdir()
+            src.mkdir()
             logs.mkdir(mode=0o700)
-            file = workdir / f"main{spec.get('extension', '')}"
+            base = pids_cgroup_base()
+            if base is not None:  # a hard cap on processes, and a list of every one to kill at the end
+                cgroup = base / box.name
+                cgroup.mkdir()
+                (cgroup / "pids.max").write_text(str(self.max_processes))
+            file = src / f"main{spec.get('extension', '')}"
             file.write_text(spec.get("preamble", "") + program.source, errors="replace")
             try:
                 command = self._command(program.language, file)
@@ -171,7 +233,9 @@ class Executor:
             max_output = self.max_output_kb * 1024
             processes = _user_tasks() + self.max_processes  # NPROC counts the uid's existing tasks too
             limits = {
-                "isolation": self.isolation, "workdir": str(workdir), "read_paths": self._read_paths(command),
+                "isolation": self.isolation, "workdir": str(workdir), "box": str(box), "src": str(src),
+                "cgroup": str(cgroup) if cgroup else None, "disk_mb": self.disk_mb,
+                "read_paths": [*self._read_paths(command), str(src)],
                 "cpu_s": int(timeout) + 1, "memory_bytes": self.memory_mb * 1024 * 1024,
                 "file_bytes": max_output, "report_layers": report_layers, "processes": processes, "open_files": 256,
                 "env": {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(workdir), "TMPDIR": str(workdir),
@@ -189,11 +253,15 @@ class Executor:
                     timed_out = True
                 finally:
                     self._kill_group(proc)
+                    if cgroup is not None:
+                        _kill_cgroup(cgroup)
             stdout, trunc_out = _read_capped(logs / "stdout", max_output)
             stderr, trunc_err = _read_capped(logs / "stderr", 64 * 1024)
             return Result(None if timed_out else proc.returncode, stdout, stderr, timed_out,
                           time.monotonic() - start, trunc_out or trunc_err)
         finally:
+            if cgroup is not None and cgroup.exists():
+                _kill_cgroup(cgroup)
             shutil.rmtree(box, ignore_errors=True)
 
     @staticmethod

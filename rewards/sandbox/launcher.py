@@ -29,7 +29,8 @@ import signal
 import struct
 import sys
 
-CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x08000000, 0x10000000, 0x20000000, 0x40000000
+MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 4096, 16384, 1 << 18
 PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_SECUREBITS, PR_SET_NO_NEW_PRIVS = 1, 24, 28, 38
 SECUREBITS_NO_ROOT = 0xEF  # noroot, no_setuid_fixup, keep_caps_locked, no_cap_ambient_raise, all locked
 SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_ADD_RULE, SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
@@ -54,6 +55,8 @@ def _unshare(flags: int) -> bool:
 def enter_namespaces() -> list[str]:
     """New network + PID namespaces where allowed; returns the ones entered."""
     if os.geteuid() == 0:
+        if _unshare(CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWNS):
+            return ["net", "pid", "ipc", "mount"]
         if _unshare(CLONE_NEWNET | CLONE_NEWPID):
             return ["net", "pid"]
         return ["net"] if _unshare(CLONE_NEWNET) else []
@@ -70,6 +73,28 @@ def enter_namespaces() -> list[str]:
     except OSError:
         pass
     return ["user", "net", "pid"]
+
+
+def _mount(source, target: str, fstype, flags: int, data) -> bool:
+    enc = (lambda v: v.encode() if isinstance(v, str) else v)
+    return libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)) == 0
+
+
+def private_filesystem(limits: dict) -> bool:
+    """In the new mount namespace: empty /tmp, /run, /dev/shm, /var/tmp (no host sockets or other runs'
+    files), the run's own directory bound back in place, its working directory a size-capped tmpfs."""
+    box, workdir = limits["box"], limits["workdir"]
+    if not _mount(None, "/", None, MS_REC | MS_PRIVATE, None):
+        return False
+    keep = os.open(box, os.O_PATH | os.O_DIRECTORY)
+    for path in ("/tmp", "/run", "/dev/shm", "/var/tmp"):
+        if os.path.isdir(path) and not os.path.islink(path):
+            _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=64,mode=1777")
+    os.makedirs(box, exist_ok=True)
+    ok = _mount(f"/proc/self/fd/{keep}", box, None, MS_BIND | MS_REC, None)
+    os.close(keep)
+    size = f"size={int(limits.get('disk_mb') or 64)}m,nr_inodes=4096,mode=0700"
+    return ok and _mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, size)
 
 
 def set_limits(limits: dict) -> None:
@@ -156,6 +181,12 @@ def main(argv: list[str]) -> int:
     if pid == 0:
         try:
             libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # launcher gone -> program gone
+            if limits.get("cgroup"):  # "0": this process; every process it starts stays in the cgroup
+                with open(os.path.join(limits["cgroup"], "cgroup.procs"), "w") as f:
+                    f.write("0")
+                layers["pids_cgroup"] = True
+            if "mount" in layers["namespaces"]:
+                layers["private_filesystem"] = private_filesystem(limits)
             set_limits(limits)
             layers["landlock_abi"] = landlock(limits["workdir"], limits.get("read_paths", [])) if full else 0
             os.chdir(limits["workdir"])
