@@ -62,8 +62,8 @@ def prepare(cfg: dict[str, Any]) -> Prepared:
     from grpo_recipes.data import build_datasets
     from grpo_recipes.lora import lora_config
     from grpo_recipes.models import check_model_path, load_model_and_tokenizer
-    from rewards import RewardContext, build_rewards
     from grpo_recipes.templates import response_prefix
+    from rewards import RewardContext, build_rewards
     from tasks.code import is_code_task
 
     hw = detect_hardware()

@@ -130,9 +130,8 @@ def _run_tests(program, prompt, setup, entry, steps, per_test):
     _setitimer, _timer, _now, _type, _all, _dict = signal.setitimer, signal.ITIMER_REAL, time.monotonic, type, all, dict
     _modules, _vars, _list = sys.modules, vars, list
     pristine = _dict(builtins.__dict__)
-    for name in ("math", "random", "copy", "string", "re", "collections", "itertools", "functools", "fractions",
-                 "hashlib", "heapq", "bisect", "statistics", "typing"):
-        __import__(name)
+    # Modules loaded now are restored after the solution ran; any it loaded are dropped, so a test
+    # that imports one (math, random, ...) gets a fresh copy, not one the solution patched.
     _module_type, _isinstance = type(sys), isinstance
     saved = {name: (m, _dict(_vars(m))) for name, m in _list(_modules.items()) if _isinstance(m, _module_type)}
     others = {name: m for name, m in _list(_modules.items()) if name not in saved}
@@ -311,7 +310,7 @@ def make_code_reward(base_weight: float = 1.0, perfect_bonus: float = 1.0, max_t
         for i, outcome, all_passed in zip(runnable, outcomes, perfect):
             out[i] = outcome.fraction * base_weight + (perfect_bonus if all_passed else 0.0)
         if callable(kwargs.get("log_metric")) and runnable:  # per-task accuracy (all tests pass), group variance
-            column = lambda key: [(kwargs.get(key) or [""] * len(completions))[i] for i in runnable]  # noqa: E731
+            column = lambda key: [(kwargs.get(key) or [""] * len(completions))[i] for i in runnable]
             log_train_stats(kwargs["log_metric"], column("question"), column("task"), [out[i] for i in runnable],
                             perfect, codes)
         return out

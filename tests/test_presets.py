@@ -21,7 +21,7 @@ def _run(tmp_path, preset: str, *overrides: str):
 
 
 def test_digits_preset_signed_reward_and_eval_before_and_after(tmp_path):
-    run_dir, evals, train = _run(tmp_path, "digits", "max_steps=2")
+    _, evals, train = _run(tmp_path, "digits", "max_steps=2")
     assert sorted(evals) == [0, 2]  # eval before and after training only
     assert all(e["task"] == "sum_digits" for e in evals[0]["examples"])
     for r in train:
@@ -43,7 +43,7 @@ def test_gsm8k_preset_combined_reward_group_16_lora(tmp_path):
 
 
 def test_code_preset_test_reward_and_pass_at_k(tmp_path):
-    run_dir, evals, train = _run(tmp_path, "code", "max_steps=1", "eval.pass_k.samples=2", "eval.pass_k.k=[1,2]")
+    _, evals, train = _run(tmp_path, "code", "max_steps=1", "eval.pass_k.samples=2", "eval.pass_k.k=[1,2]")
     (r,) = train
     # fraction passed x 1 + 1 for a perfect solution: between 0 and 2
     assert 0.0 <= r["train/rewards/code_tests/mean"] <= 2.0
@@ -57,7 +57,7 @@ def test_code_preset_test_reward_and_pass_at_k(tmp_path):
 
 
 def test_rg_multitask_preset_weighted_tasks_and_variance_logging(tmp_path):
-    run_dir, evals, train = _run(tmp_path, "rg_multitask", "max_steps=2", "eval.every_n_steps=1")
+    _, evals, train = _run(tmp_path, "rg_multitask", "max_steps=2", "eval.every_n_steps=1")
     assert sorted(evals) == [0, 1, 2]
     tasks = {e["task"] for e in evals[0]["examples"]}
     assert tasks == {"basic_arithmetic", "syllogism", "chain_sum"}  # eval.size per task

@@ -160,7 +160,8 @@ def drop_capabilities() -> None:
     if os.geteuid() != 0:
         return
     try:
-        last = int(open("/proc/sys/kernel/cap_last_cap").read())
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            last = int(f.read())
     except (OSError, ValueError):
         last = 63
     libc.prctl(PR_SET_SECUREBITS, SECUREBITS_NO_ROOT, 0, 0, 0)
