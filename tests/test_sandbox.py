@@ -310,3 +310,14 @@ def test_shell_solutions_cannot_pass_by_exiting_early():
     solutions = ["double() { echo $(( $1 * 2 )); }", "exit 0", 'trap "exit 0" EXIT\ndouble() { echo 1; }',
                  "double() { echo 6; }"]
     assert [o.passed for o in run_suites(solutions, [suite] * 4)] == [2, 0, 0, 1]
+
+
+def test_an_interpreter_under_tmp_still_runs(tmp_path):
+    """The private /tmp hides the host's, but an interpreter (or a clone with its venv) living there
+    is bound back in place: CI may clone the project under /tmp."""
+    import shutil
+
+    shutil.copy("/bin/sh", tmp_path / "mysh")
+    ex = Executor(languages={"mysh": {"command": [str(tmp_path / "mysh"), "{file}"], "extension": ".sh"}})
+    result = ex.run_one(Program("echo fine", language="mysh"))
+    assert result.ok and result.stdout.strip() == "fine", result.stderr

@@ -80,19 +80,30 @@ def _mount(source, target: str, fstype, flags: int, data) -> bool:
     return libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)) == 0
 
 
+HIDDEN = ("/tmp", "/run", "/dev/shm", "/var/tmp")
+
+
 def private_filesystem(limits: dict) -> bool:
     """In the new mount namespace: empty /tmp, /run, /dev/shm, /var/tmp (no host sockets or other runs'
-    files), the run's own directory bound back in place, its working directory a size-capped tmpfs."""
+    files), with the run's own directory and any interpreter directory under them bound back in
+    place, and its working directory a size-capped tmpfs."""
     box, workdir = limits["box"], limits["workdir"]
     if not _mount(None, "/", None, MS_REC | MS_PRIVATE, None):
         return False
-    keep = os.open(box, os.O_PATH | os.O_DIRECTORY)
-    for path in ("/tmp", "/run", "/dev/shm", "/var/tmp"):
+    under = [p for p in sorted({box, *limits.get("read_paths", [])}, key=len)
+             if any(p == h or p.startswith(h + "/") for h in HIDDEN) and os.path.isdir(p)]
+    keep = []
+    for path in under:  # a path inside one already kept comes back with it
+        if not any(path.startswith(k + "/") for k, _ in keep):
+            keep.append((path, os.open(path, os.O_PATH | os.O_DIRECTORY)))
+    for path in HIDDEN:
         if os.path.isdir(path) and not os.path.islink(path):
-            _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=64,mode=1777")
-    os.makedirs(box, exist_ok=True)
-    ok = _mount(f"/proc/self/fd/{keep}", box, None, MS_BIND | MS_REC, None)
-    os.close(keep)
+            _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=256,mode=1777")
+    ok = True
+    for path, fd in keep:
+        os.makedirs(path, exist_ok=True)
+        ok &= _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC, None)
+        os.close(fd)
     size = f"size={int(limits.get('disk_mb') or 64)}m,nr_inodes=4096,mode=0700"
     return ok and _mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, size)
 
