@@ -3,10 +3,11 @@
 A code task's entry carries a test suite in its metadata (`language`, `entry_point`, `setup`,
 `tests`: a list of steps, each `[source, counted]`; uncounted steps are setup run in order).
 Python suites run in one program per solution through a harness that runs every test with its
-own timeout and reports the results on a line tagged with a random nonce it reads from stdin:
-a program that exits early (`sys.exit(0)` before the asserts), crashes, or prints a fake verdict
-passes nothing. Other languages (a command template in the `sandbox` config) run one program per
-test; a test passes when its program exits 0 in time.
+own timeout, in a fresh namespace the solution cannot reach (see `_HARNESS`), and reports the
+results on a line tagged with a random nonce it reads from stdin: a program that exits early
+(`sys.exit(0)` before the asserts), crashes, patches the harness or prints a fake verdict passes
+nothing. Other languages (a command template in the `sandbox` config) run one program per test;
+a test passes when its program exits 0 in time and the language's epilogue then echoes the nonce.
 """
 from __future__ import annotations
 
