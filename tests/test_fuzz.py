@@ -140,3 +140,15 @@ def test_adversarial_texts_stay_fast(text):
         for strict in (True, False):
             format_ok(text, fmt, strict)
     assert time.perf_counter() - start < 2.0
+
+
+@SETTINGS
+@given(texts)
+def test_extract_code_and_test_suite_parsing_never_raise(text):
+    from rewards.code import CODE_RULES, TestSuite, extract_code
+
+    extraction = extract_code(text)
+    assert extraction.rule in CODE_RULES and (extraction.answer is None or isinstance(extraction.answer, str))
+    for metadata in (text, {"tests": text}, {"tests": [[text, True]], "entry_point": text}):
+        suite = TestSuite.from_metadata(metadata)  # malformed metadata is None, never an error
+        assert suite is None or isinstance(suite, TestSuite)
