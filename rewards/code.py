@@ -82,17 +82,17 @@ class TestSuite:
                 "language": self.language, "code_prompt": self.prompt}
 
     def limited(self, max_tests: int | None) -> TestSuite:
-        """Only the first `max_tests` counted tests (and the setup steps before them)."""
-        if not max_tests:
+        """At most `max_tests` counted tests, spread evenly over the suite (first, ..., last), so that
+        hard-coding the first few (often the prompt's own examples) does not earn the full reward;
+        every setup step before the last chosen test still runs, in order."""
+        counted = [i for i, (_, is_test) in enumerate(self.tests) if is_test]
+        if not max_tests or len(counted) <= max_tests:
             return self
-        out, counted = [], 0
-        for source, is_test in self.tests:
-            if is_test:
-                if counted == max_tests:
-                    break
-                counted += 1
-            out.append((source, is_test))
-        return TestSuite(self.entry_point, tuple(out), self.setup, self.language, self.prompt)
+        step = (len(counted) - 1) / max(max_tests - 1, 1)
+        chosen = {counted[round(k * step)] for k in range(max_tests)}
+        last = max(chosen)
+        out = tuple(t for i, t in enumerate(self.tests) if i <= last and (i in chosen or not t[1]))
+        return TestSuite(self.entry_point, out, self.setup, self.language, self.prompt)
 
     @property
     def num_tests(self) -> int:

@@ -134,6 +134,8 @@ def test_code_tests_reward_is_none_for_non_code_rows_and_validates_options():
 def test_max_tests_limits_the_tests_run():
     suite = TestSuite("f", tuple((f"assert candidate({i}) == {i}", True) for i in range(5)))
     assert suite.limited(2).num_tests == 2 and suite.limited(None).num_tests == 5
+    # spread over the suite, not the first few (often the prompt's own examples)
+    assert [src for src, _ in suite.limited(3).tests] == [f"assert candidate({i}) == {i}" for i in (0, 2, 4)]
     (outcome,) = run_suites(["def f(x):\n    return x"], [suite.limited(2)])
     assert (outcome.passed, outcome.total) == (2, 2)
 
