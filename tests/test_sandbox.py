@@ -184,8 +184,17 @@ def test_killing_the_parent_harms_nothing(executors, level):
 
 @needs_os_layers
 def test_shell_signals_reach_nothing_outside():
-    result = Executor().run_one(Program(f"kill -9 $PPID; kill -9 {os.getpid()}; kill -9 -1; echo alive", language="bash"))
-    assert result.returncode is not None  # the executor (this process) survived to read the result
+    import subprocess
+
+    bystander = subprocess.Popen(["sleep", "30"])  # a host process the program tries to kill
+    try:
+        source = f"kill -9 $PPID; kill -9 {os.getpid()} {bystander.pid}; kill -9 -1; echo alive"
+        result = Executor().run_one(Program(source, language="bash"))
+        assert result.stdout.strip().endswith("alive")  # and this process survived to read it
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
 
 
 @pytest.mark.parametrize("level", ISOLATION)

@@ -21,11 +21,11 @@ import functools
 import json
 
 import pytest
-from reasoning_gym.factory import DATASETS
 
 from grpo_recipes.data import system_prompt, to_row
 from rewards.extraction import extract_answer
 from rewards.format import format_ok
+from tasks.code import is_code_task
 from tasks.registry import KNOWN_UNSCORABLE, TaskSet, available_tasks
 
 SIZE = 3
@@ -64,10 +64,6 @@ def _sample(name: str, qa_path: str) -> tuple[TaskSet, list[dict]]:
     return taskset, taskset.sample(SIZE, seed=SEED)
 
 
-def _is_code(name: str) -> bool:
-    return bool(getattr(DATASETS[name][0], "is_code", False))
-
-
 def written(answer: str, prompt_format: str, code: bool = False) -> str:
     """`answer` as a model following `prompt_format` would write it."""
     if code:
@@ -100,9 +96,9 @@ def test_reference_answer_scores_through_our_path(name, prompt_format, qa_path):
         assert user["role"] == "user" and isinstance(user["content"], str) and user["content"].strip()
         assert row["task"] == name
 
-        text = written(row["answer"], prompt_format, code=_is_code(name))
+        text = written(row["answer"], prompt_format, code=is_code_task(name))
         assert format_ok(text, prompt_format, strict=True), f"{name}: strict {prompt_format} rejects {text!r}"
-        extracted = taskset.extract(text, name) if _is_code(name) else extract_answer(text)
+        extracted = taskset.extract(text, name) if is_code_task(name) else extract_answer(text)
         scored = {"question": row["question"], "answer": row["answer"], "metadata": row["metadata"]}
         score = taskset.score(extracted.answer, scored)
         if score < 1.0:

@@ -161,8 +161,7 @@ class Executor:
                 raise ValueError(f"sandbox.languages.{name} needs a 'command' template, e.g. [node, '{{file}}']")
         self.languages = {**DEFAULT_LANGUAGES, **{k: dict(v) for k, v in self.languages.items()}}
         self.workers = self.workers or max(1, len(os.sched_getaffinity(0)))
-        self._root = Path(tempfile.gettempdir()) / "grpo-sandbox"
-        self._root.mkdir(mode=0o700, exist_ok=True)
+        self._root = Path(tempfile.gettempdir()) / "grpo-sandbox"  # made (again, if cleaned) per run
 
     def run(self, programs: Sequence[Program]) -> list[Result]:
         if not programs:
@@ -231,7 +230,8 @@ class Executor:
             except FileNotFoundError as err:
                 return Result(None, "", "", False, 0.0, error=str(err))
             max_output = self.max_output_kb * 1024
-            processes = _user_tasks() + self.max_processes  # NPROC counts the uid's existing tasks too
+            # RLIMIT_NPROC counts the uid's existing tasks too; root is exempt (the pids cgroup caps it)
+            processes = None if os.geteuid() == 0 else _user_tasks() + self.max_processes
             limits = {
                 "isolation": self.isolation, "workdir": str(workdir), "box": str(box), "src": str(src),
                 "cgroup": str(cgroup) if cgroup else None, "disk_mb": self.disk_mb,
