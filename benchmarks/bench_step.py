@@ -46,9 +46,13 @@ class Timings:
         setattr(obj, name, timed)
 
 
-def run_trainer(model, tokenizer, train, reward_funcs, kwargs, steps: int, timings: Timings | None):
+def run_trainer(model, tokenizer, train, reward_funcs, kwargs, steps: int, timings: Timings | None,
+                recipe: bool = False):
+    """recipe: with this package's fast paths (grpo_recipes.fast_paths), as train_grpo.py builds it."""
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
+
+    from grpo_recipes import fast_paths
 
     step_times, tokens = [], []
 
@@ -68,6 +72,8 @@ def run_trainer(model, tokenizer, train, reward_funcs, kwargs, steps: int, timin
                           disable_tqdm=True, **kwargs)
         trainer = GRPOTrainer(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train,
                               processing_class=tokenizer, callbacks=[StepClock()])
+        if recipe:
+            print("fast paths:", ", ".join(fast_paths.apply(trainer)) or "none")
         if timings is not None:
             timings.wrap(trainer, "_generate", "generation")
             timings.wrap(trainer, "_calculate_rewards", "reward")
@@ -83,6 +89,13 @@ def run_trainer(model, tokenizer, train, reward_funcs, kwargs, steps: int, timin
             trainer.create_optimizer = create_and_time
         trainer.train()
     return step_times, tokens
+
+
+def reset(model, state) -> None:
+    """The starting weights, and the class's own forward/generate: each trainer patches the instance."""
+    model.load_state_dict(state)
+    for name in ("forward", "generate", "_original_forward"):
+        model.__dict__.pop(name, None)
 
 
 def floor_step(model, tokenizer, rows, completion_length: int, num_generations: int, steps: int, bf16: bool):
@@ -151,15 +164,15 @@ def main() -> None:
                                    args.steps, bf16=bool(ours.get("bf16")))
     floor = statistics.median(f_times)
 
-    model.load_state_dict(base_state)
+    reset(model, base_state)
     timings = Timings()
-    o_all, o_tokens_all = run_trainer(model, tokenizer, train, funcs, ours, args.steps, timings)
+    o_all, o_tokens_all = run_trainer(model, tokenizer, train, funcs, ours, args.steps, timings, recipe=True)
     o_times, o_tokens = o_all[1:], o_tokens_all[1:]
     step = statistics.median(o_times)
 
     t_times, t_tokens = [float("nan")], [0]
     if not args.skip_trl:
-        model.load_state_dict(base_state)
+        reset(model, base_state)
         plain = dict(batch, use_cpu=not hw.gpu)  # TRL's own defaults for everything else
         t_all, t_tokens_all = run_trainer(model, tokenizer, train, funcs, plain, args.trl_steps, None)
         t_times, t_tokens = t_all[1:], t_tokens_all[1:]

@@ -176,6 +176,7 @@ def _eval_only(cfg: dict[str, Any], run_dir: Path, p: Prepared) -> float:
     """The fixed evaluation alone, on a checkpoint or a base model: same problems, same JSON."""
     from accelerate import Accelerator
 
+    from grpo_recipes.fast_paths import generate_with_cached_casts
     from grpo_recipes.outputs import append_metrics
     from grpo_recipes.report import write_report
 
@@ -185,6 +186,7 @@ def _eval_only(cfg: dict[str, Any], run_dir: Path, p: Prepared) -> float:
     mixed = "bf16" if p.grpo_kwargs.get("bf16") else ("fp16" if p.grpo_kwargs.get("fp16") else "no")
     accelerator = Accelerator(cpu=not p.hw.gpu, mixed_precision=mixed)
     model = accelerator.prepare_model(p.model, evaluation_mode=True).eval()
+    generate_with_cached_casts(model, accelerator)
     step = model_step(cfg["model"]["path"])
     evaluator = make_evaluator(cfg, p, p.grpo_kwargs.get("max_completion_length") or 256)
     metrics, _ = evaluator.run(model, accelerator, step, run_dir / "eval_results")
@@ -198,6 +200,7 @@ def _train(cfg: dict[str, Any], run_dir: Path, p: Prepared) -> float:
     from transformers.trainer_callback import ProgressCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from grpo_recipes import fast_paths
     from grpo_recipes.evaluation import FixedEvalCallback
     from grpo_recipes.outputs import ConciseProgressCallback, MetricsFileCallback
     from grpo_recipes.report import write_report
@@ -217,6 +220,7 @@ def _train(cfg: dict[str, Any], run_dir: Path, p: Prepared) -> float:
         callbacks=[MetricsFileCallback(run_dir / "metrics.jsonl"), eval_callback],
     )
     eval_callback.attach(trainer)
+    log.info("Fast paths: %s", ", ".join(fast_paths.apply(trainer)) or "none for this device")
     if not args.disable_tqdm:
         trainer.remove_callback(ProgressCallback)
         trainer.add_callback(ConciseProgressCallback)
