@@ -65,7 +65,8 @@ def run_trainer(model, tokenizer, train, reward_funcs, kwargs, steps: int, timin
 
         def on_log(self, args, state, control, logs=None, **kw):
             if logs and "completions/mean_length" in logs:
-                tokens.append(logs["completions/mean_length"] * args.per_device_train_batch_size)
+                tokens.append(logs["completions/mean_length"] * args.per_device_train_batch_size
+                              * args.gradient_accumulation_steps)
 
     with tempfile.TemporaryDirectory() as out:
         args = GRPOConfig(output_dir=out, max_steps=steps, logging_steps=1, save_strategy="no", report_to="none",
@@ -138,13 +139,14 @@ def main() -> None:
     parser.add_argument("--skip-trl", action="store_true", help="leave out the plain-TRL comparison")
     args = parser.parse_args()
 
-    from grpo_recipes.config import build_grpo_kwargs, detect_hardware
+    from grpo_recipes.config import build_grpo_kwargs, detect_hardware, resolve_activation_checkpointing
     from rewards import RewardContext, build_rewards
 
     cfg, taskset, train, eval_rows, model, tokenizer = default_setup(eval_size=8)
     hw = detect_hardware()
     funcs, weights = build_rewards(cfg["dataset"]["rewards"], RewardContext(taskset.score, "answer_tag"))
     ours = build_grpo_kwargs(cfg, hw, reward_weights=weights)
+    resolve_activation_checkpointing(ours, model, hw, lora=False)
     for key in ("max_steps", "output_dir", "report_to", "logging_steps", "save_strategy", "save_steps",
                 "save_total_limit", "run_name"):
         ours.pop(key, None)

@@ -21,6 +21,8 @@ import logging
 import types
 from typing import Any
 
+from grpo_recipes.memory import trim_heap
+
 log = logging.getLogger(__name__)
 
 # Above this many completion-position logits per micro-batch, TRL's memory-lean head is kept:
@@ -29,15 +31,22 @@ MAX_DIRECT_LOGITS = 64 * 2**20
 
 
 def generate_with_cached_casts(model, accelerator) -> None:
-    """Run `model.generate` inside the accelerator's autocast context (a no-op without mixed precision)."""
+    """Run `model.generate` inside the accelerator's autocast context (a no-op without mixed precision);
+    on a CPU, then return the memory generation freed to the OS."""
     generate = model.generate
     if getattr(generate, "_cached_casts", False):
         return
 
+    on_cpu = accelerator.device.type == "cpu"
+
     @functools.wraps(generate)
     def generate_in_autocast(*args, **kwargs):
-        with accelerator.autocast():
-            return generate(*args, **kwargs)
+        try:
+            with accelerator.autocast():
+                return generate(*args, **kwargs)
+        finally:
+            if on_cpu:
+                trim_heap()  # the weight copies and KV cache just freed (memory.py)
 
     generate_in_autocast._cached_casts = True
     model.generate = generate_in_autocast

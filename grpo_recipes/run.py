@@ -58,7 +58,7 @@ class Prepared:
 
 
 def prepare(cfg: dict[str, Any]) -> Prepared:
-    from grpo_recipes.config import build_grpo_kwargs, detect_hardware
+    from grpo_recipes.config import build_grpo_kwargs, detect_hardware, resolve_activation_checkpointing
     from grpo_recipes.data import build_datasets
     from grpo_recipes.lora import lora_config
     from grpo_recipes.models import check_model_path, load_model_and_tokenizer
@@ -79,6 +79,8 @@ def prepare(cfg: dict[str, Any]) -> Prepared:
     checkpoint = check_run_dir(Path(cfg["output_dir"]), bool(cfg.get("resume")), bool(cfg.get("eval_only")))
     model, tokenizer = load_model_and_tokenizer(cfg["model"], on_gpu=hw.gpu, seed=cfg["seed"])
     peft_config = lora_config(cfg["model"].get("lora"), model.config.model_type)
+    if resolve_activation_checkpointing(grpo_kwargs, model, hw, lora=peft_config is not None):
+        log.info("activation checkpointing on (grpo.activation_checkpointing)")
     ctx.response_prefix = response_prefix(cfg["model"].get("response_prefix", "auto"), tokenizer)
     if ctx.response_prefix:
         log.info("the chat template pre-fills %r: rewards and eval read it + the completion", ctx.response_prefix)

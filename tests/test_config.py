@@ -31,7 +31,7 @@ def test_defaults_compose_into_a_valid_grpo_config():
     assert args.use_cpu and not args.bf16
     assert args.max_steps == cfg["max_steps"] and args.learning_rate == cfg["learning_rate"]
     assert args.reward_weights == [1.0, 0.2]
-    assert args.activation_checkpointing is False
+    assert kwargs["activation_checkpointing"] is None  # auto: resolved once the model is loaded
     assert args.generation_batch_size % args.num_generations == 0
 
 
@@ -88,8 +88,24 @@ def test_batch_counts_processes():
     build_grpo_kwargs(cfg, Hardware(False, False, 2))  # 4 x 2 processes = 8: fine
 
 
+def test_activation_checkpointing_only_where_memory_needs_it():
+    import torch
+
+    from grpo_recipes.config import resolve_activation_checkpointing
+
+    model = torch.nn.Linear(1000, 1000)  # 4 MB of fp32 weights: 16 MB of full fine-tuning state
+    for memory, lora, expected in [(128 << 20, False, False), (32 << 20, False, True), (32 << 20, True, False)]:
+        grpo = build_grpo_kwargs(composed(), CPU)
+        assert resolve_activation_checkpointing(grpo, model, CPU, lora, memory_bytes=memory) is expected
+        assert grpo["activation_checkpointing"] is expected
+    for setting in (True, False):  # an explicit choice is kept
+        grpo = build_grpo_kwargs(composed(f"grpo.activation_checkpointing={setting}"), CPU)
+        assert resolve_activation_checkpointing(grpo, model, CPU, False, memory_bytes=1) is setting
+
+
 def test_hardware_rules():
     assert build_grpo_kwargs(composed(), GPU)["bf16"] is True
+
     assert "use_cpu" not in build_grpo_kwargs(composed(), GPU)
     with pytest.raises(ConfigError, match="fp16=true needs a GPU"):
         build_grpo_kwargs(composed("++grpo.fp16=true"), CPU)
