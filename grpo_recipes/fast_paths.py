@@ -77,6 +77,7 @@ def completion_logprob_head(model, temperature: float, max_logits: int = MAX_DIR
             return fused_forward(*args, fused_lm_head=fused_lm_head, labels=labels, **kwargs)
 
         num_items = kwargs.pop("num_items_in_batch", None)
+        kwargs.pop("logits_to_keep", None)  # the head decides which positions it needs
         kwargs["use_cache"] = False
         # Logits for positions first..S-1; the last one predicts nothing.
         logits = fused_forward(logits_to_keep=keep + 1, **kwargs).logits[:, :-1]
