@@ -1,6 +1,7 @@
-"""Targets 1, 2 and 6: the training step of the default recipe on the embedded model.
+"""Targets 1, 2, 6 and 7: the training step of the default recipe, against a floor and plain TRL.
 
-    python benchmarks/bench_step.py [--steps 6] [--trl-steps 3]
+    python -m benchmarks.bench_step [--steps 6] [--trl-steps 3]
+    python -m benchmarks.bench_step --model qwen2.5-0.5b-shape     # target 7, on a GPU machine
 
 In one process, on the same model, data, batch (2 prompts x 8 completions) and completion length:
   floor  one sampled `generate` of the batch's completions + one forward/backward over the same
@@ -9,18 +10,21 @@ In one process, on the same model, data, batch (2 prompts x 8 completions) and c
          with a breakdown: generation, reward, log-prob passes, backward, optimizer, the rest;
   trl    GRPOTrainer with TRL's own GRPOConfig defaults (gradient checkpointing, bf16, ...).
 Reports medians over the steps after the first (warm-up), completion tokens trained per second,
-and the process's peak RSS (the trainer's own figure for the full default run comes from
-`/usr/bin/time -v python train_grpo.py`).
+and per recipe: generation tokens/s, training tokens/s, model FLOPs utilisation (given the device's
+peak, known for common GPUs) and peak GPU memory; and the process's peak RSS (the full default
+run's figure comes from `/usr/bin/time -v python train_grpo.py`).
 """
 from __future__ import annotations
 
 import argparse
 import copy
+import itertools
 import resource
 import statistics
 import tempfile
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 
 import torch
 import yaml
@@ -54,7 +58,7 @@ def run_trainer(model, tokenizer, train, reward_funcs, kwargs, steps: int, timin
 
     from grpo_recipes import fast_paths
 
-    step_times, tokens = [], []
+    step_times, tokens, seen = [], [], [0.0]
 
     class StepClock(TrainerCallback):
         def on_step_begin(self, args, state, control, **kw):
@@ -67,6 +71,10 @@ def run_trainer(model, tokenizer, train, reward_funcs, kwargs, steps: int, timin
             if logs and "completions/mean_length" in logs:
                 tokens.append(logs["completions/mean_length"] * args.per_device_train_batch_size
                               * args.gradient_accumulation_steps)
+                seen.append(float(logs["num_tokens"]))  # cumulative prompt + completion tokens
+
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
 
     with tempfile.TemporaryDirectory() as out:
         args = GRPOConfig(output_dir=out, max_steps=steps, logging_steps=1, save_strategy="no", report_to="none",
@@ -89,7 +97,20 @@ def run_trainer(model, tokenizer, train, reward_funcs, kwargs, steps: int, timin
 
             trainer.create_optimizer = create_and_time
         trainer.train()
-    return step_times, tokens
+    peak_gpu = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else float("nan")
+    return Run(step_times, tokens, [b - a for a, b in itertools.pairwise(seen)], peak_gpu)
+
+
+@dataclass
+class Run:
+    """Per step: wall time, completion tokens, all tokens through the model (prompt + completion)."""
+    step_times: list[float]
+    completion_tokens: list[float]
+    input_tokens: list[float]
+    peak_gpu_gib: float
+
+    def rate(self) -> float:  # completion tokens trained per second, after the warm-up step
+        return sum(self.completion_tokens[1:]) / sum(self.step_times[1:])
 
 
 def reset(model, state) -> None:
@@ -110,6 +131,7 @@ def floor_step(model, tokenizer, rows, completion_length: int, num_generations: 
         texts = [tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False)
                  for r in batch for _ in range(num_generations)]
         enc = tokenizer(texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+        enc = {k: v.to(model.device) for k, v in enc.items()}
         start = time.perf_counter()
         model.eval()
         with torch.no_grad(), torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=bf16):
@@ -125,25 +147,48 @@ def floor_step(model, tokenizer, rows, completion_length: int, num_generations: 
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        if model.device.type == "cuda":
+            torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
         tokens.append(int(mask[:, enc["input_ids"].shape[1]:].sum()))
     return times[1:], tokens[1:]
+
+
+# Dense bf16 tensor-core peak per GPU (vendor datasheets, without sparsity), for MFU.
+PEAK_TFLOPS = {"H100": 989.4, "H200": 989.4, "A100": 312.0, "L40S": 362.1, "A10G": 125.0}
+
+
+def peak_tflops(given: float | None) -> float | None:
+    if given or not torch.cuda.is_available():
+        return given
+    name = torch.cuda.get_device_name(0)
+    return next((v for k, v in PEAK_TFLOPS.items() if k in name), None)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--trl-steps", type=int, default=3)
+    parser.add_argument("--model", choices=["embedded", "qwen2.5-0.5b-shape"], default="embedded",
+                        help="qwen2.5-0.5b-shape: random weights in Qwen2.5-0.5B's shape (target 7; bf16 on a GPU)")
+    parser.add_argument("--peak-tflops", type=float, default=None,
+                        help="the device's peak for MFU (default: known GPUs by name; none on a CPU)")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="GRPOConfig overrides for our recipe, to try a variant (e.g. bf16=false)")
     parser.add_argument("--skip-trl", action="store_true", help="leave out the plain-TRL comparison")
     args = parser.parse_args()
 
+    from benchmarks.common import qwen25_05b_shaped_model
     from grpo_recipes.config import build_grpo_kwargs, detect_hardware, resolve_activation_checkpointing
     from rewards import RewardContext, build_rewards
 
-    cfg, taskset, train, eval_rows, model, tokenizer = default_setup(eval_size=8)
+    cfg, taskset, train, _, model, tokenizer = default_setup(eval_size=8)
     hw = detect_hardware()
+    if args.model != "embedded":  # as the recipe loads a model: bf16 weights on a GPU, fp32 on a CPU
+        model = qwen25_05b_shaped_model(torch.bfloat16 if hw.gpu else torch.float32)
+    if hw.gpu:
+        model = model.to("cuda")
+    n_params = sum(p.numel() for p in model.parameters())
     funcs, weights = build_rewards(cfg["dataset"]["rewards"], RewardContext(taskset.score, "answer_tag"))
     ours = build_grpo_kwargs(cfg, hw, reward_weights=weights)
     resolve_activation_checkpointing(ours, model, hw, lora=False)
@@ -155,6 +200,7 @@ def main() -> None:
         ours[key] = yaml.safe_load(value)
     batch = {k: ours[k] for k in ("per_device_train_batch_size", "num_generations", "max_completion_length")}
     print(f"machine: {machine()}; commit {git_rev()}")
+    print(f"model: {args.model} ({n_params / 1e6:.0f} M parameters, {str(model.dtype).replace('torch.', '')} weights)")
     print(f"our recipe on this hardware: {'bf16 autocast' if ours.get('bf16') else 'fp32'}, activation checkpointing "
           f"{'on' if ours.get('activation_checkpointing') else 'off'}")
     print(f"batch: {batch['per_device_train_batch_size'] // batch['num_generations']} prompts x "
@@ -168,29 +214,24 @@ def main() -> None:
 
     reset(model, base_state)
     timings = Timings()
-    o_all, o_tokens_all = run_trainer(model, tokenizer, train, funcs, ours, args.steps, timings, recipe=True)
-    o_times, o_tokens = o_all[1:], o_tokens_all[1:]
-    step = statistics.median(o_times)
+    o_run = run_trainer(model, tokenizer, train, funcs, ours, args.steps, timings, recipe=True)
+    step = statistics.median(o_run.step_times[1:])
 
-    t_times, t_tokens = [float("nan")], [0]
+    t_run, t_timings = None, Timings()
     if not args.skip_trl:
         reset(model, base_state)
         plain = dict(batch, use_cpu=not hw.gpu)  # TRL's own defaults for everything else
-        t_all, t_tokens_all = run_trainer(model, tokenizer, train, funcs, plain, args.trl_steps, None)
-        t_times, t_tokens = t_all[1:], t_tokens_all[1:]
-
-    def rate(tokens, times):
-        return sum(tokens) / sum(times)
+        t_run = run_trainer(model, tokenizer, train, funcs, plain, args.trl_steps, t_timings)
 
     print(f"\nfloor (generate + forward/backward + AdamW, same precision): {floor:6.2f} s/step, "
-          f"{rate(f_tokens, f_times):6.1f} completion tokens/s")
-    print(f"ours (default recipe):                     {step:6.2f} s/step, "
-          f"{rate(o_tokens, o_times):6.1f} completion tokens/s")
-    print(f"plain TRL defaults:                        {statistics.median(t_times):6.2f} s/step, "
-          f"{rate(t_tokens, t_times):6.1f} completion tokens/s")
+          f"{sum(f_tokens) / sum(f_times):6.1f} completion tokens/s")
+    print(f"ours (default recipe):                     {step:6.2f} s/step, {o_run.rate():6.1f} completion tokens/s")
+    if t_run is not None:
+        print(f"plain TRL defaults:                        {statistics.median(t_run.step_times[1:]):6.2f} s/step, "
+              f"{t_run.rate():6.1f} completion tokens/s")
     print(f"\n1. step overhead, ours / floor:            {step / floor:5.2f}   (target <= 1.15)")
-    print(f"2. tokens/s, ours / plain TRL defaults:    {rate(o_tokens, o_times) / rate(t_tokens, t_times):5.2f}   "
-          "(target >= 3)")
+    if t_run is not None:
+        print(f"2. tokens/s, ours / plain TRL defaults:    {o_run.rate() / t_run.rate():5.2f}   (target >= 3)")
     n = len(timings.parts["generation"]) or 1
     print("\nbreakdown of our step (mean over all steps, warm-up included):")
     accounted = 0.0
@@ -198,10 +239,24 @@ def main() -> None:
         per_step = sum(timings.parts[label]) / n
         accounted += per_step
         print(f"  {label:28s} {per_step:6.2f} s")
-    mean_step = sum(o_all) / len(o_all)  # the breakdown covers every step, warm-up included
+    mean_step = sum(o_run.step_times) / len(o_run.step_times)  # the breakdown covers every step, warm-up included
     print(f"  {'the rest (data, logging, ...)':28s} {max(0.0, mean_step - accounted):6.2f} s")
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 / 1024
-    print(f"\npeak RSS of this benchmark process (three trainers in turn): {peak:.2f} GiB")
+
+    peak = peak_tflops(args.peak_tflops)
+    print("\n7. per recipe, after the warm-up step" + (f" (MFU against {peak} TFLOPS)" if peak else ""))
+    for name, run, t in (("ours", o_run, timings), ("plain TRL", t_run, t_timings)):
+        if run is None:
+            continue
+        gen = t.parts["generation"][1:]
+        gen_rate = sum(run.completion_tokens[1:]) / sum(gen) if gen else float("nan")
+        # Model FLOPs of a step: 2 N a token to generate it (prefill + decode) and 6 N to train on it
+        # (recomputation and attention not counted), over every prompt and completion token.
+        flops = 8 * n_params * sum(run.input_tokens[1:])
+        mfu = f", MFU {100 * flops / sum(run.step_times[1:]) / (peak * 1e12):.1f} %" if peak else ""
+        print(f"  {name:10s} generation {gen_rate:8.1f} tokens/s, training {run.rate():8.1f} completion tokens/s"
+              f"{mfu}, peak GPU memory {run.peak_gpu_gib:.2f} GiB")
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 / 1024
+    print(f"\npeak RSS of this benchmark process (three trainers in turn): {rss:.2f} GiB")
 
 
 if __name__ == "__main__":

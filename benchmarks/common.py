@@ -52,6 +52,23 @@ def default_setup(eval_size: int | None = None):
     return cfg, taskset, train, eval_rows, model, tokenizer
 
 
+# Qwen2.5-0.5B-Instruct's shape (its config.json), for target 7: random weights, nothing downloaded.
+QWEN25_05B_SHAPE = {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14,
+                    "num_key_value_heads": 2, "vocab_size": 151936, "max_position_embeddings": 32768,
+                    "rope_theta": 1e6, "tie_word_embeddings": True, "rms_norm_eps": 1e-6}
+
+
+def qwen25_05b_shaped_model(dtype, seed: int = 0):
+    """A Qwen2 model with Qwen2.5-0.5B's shape and random weights (the embedded tokenizer's ids fit its vocab)."""
+    import torch
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(Qwen2Config(**QWEN25_05B_SHAPE, bos_token_id=1, eos_token_id=2, pad_token_id=2))
+    model.generation_config = GenerationConfig(bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    return model.to(dtype)
+
+
 def git_rev() -> str:
     try:
         return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True).strip()

@@ -58,12 +58,19 @@ def detect_hardware() -> Hardware:
 
 
 def device_memory_bytes(hw: Hardware) -> int:
-    """GPU memory of the training device, or the host's RAM for a CPU run."""
+    """Memory one training process can count on: its GPU's, or for a CPU run the host's RAM (or the
+    container's cgroup limit, if lower) shared by the processes on this host."""
     if hw.gpu:
         import torch
 
         return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        limit = open("/sys/fs/cgroup/memory.max").read().strip()  # cgroup v2; "max" when unlimited
+        memory = min(memory, int(limit)) if limit.isdigit() else memory
+    except OSError:
+        pass
+    return memory // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
 
 
 def resolve_activation_checkpointing(grpo: dict[str, Any], model, hw: Hardware, lora: bool,
@@ -73,6 +80,8 @@ def resolve_activation_checkpointing(grpo: dict[str, Any], model, hw: Hardware, 
     over a quarter of the device's memory, the rest being activations, the runtime and the OS.
     The embedded model's state is 2.2 GB (fp32), so it checkpoints on a machine under 8.6 GB:
     there it lowers the peak from 4.8 to 3.4 GB for ~15% more time (benchmarks/RESULTS.md, 6)."""
+    if grpo.get("activation_checkpointing") is None and grpo.get("gradient_checkpointing") is not None:
+        grpo["activation_checkpointing"] = grpo["gradient_checkpointing"]  # the older name, set explicitly
     if grpo.get("activation_checkpointing") is None:
         weights = sum(p.numel() * p.element_size() for p in model.parameters())
         state = weights if lora else 4 * weights

@@ -1,5 +1,5 @@
 """Two speed-ups for GRPOTrainer where TRL's defaults are tuned for GPUs (measured in
-benchmarks/RESULTS.md, targets 1 and 2). Both leave the numbers unchanged.
+benchmarks/RESULTS.md, targets 1 and 2). The numbers stay the same up to bf16 rounding.
 
 1. Generation under one autocast context. With fp32 weights and bf16 mixed precision, accelerate
    wraps each `forward` in autocast, and leaving autocast empties its cache of bf16 weight
@@ -12,7 +12,7 @@ benchmarks/RESULTS.md, targets 1 and 2). Both leave the numbers unchanged.
    passes over [tokens, 32k] tiles: 3.8 s of a 10 s step here. A CPU micro-batch's completion
    logits are small (16 x 32 tokens x 49k vocab = 100 MB in fp32), so they are computed for the
    completion positions only (`logits_to_keep`), in the autocast dtype like any other layer, with
-   a log-softmax in fp32; larger micro-batches, and the cases below, keep TRL's head.
+   a log-softmax in fp32; larger micro-batches, and the cases `apply` lists, keep TRL's head.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from grpo_recipes.memory import trim_heap
 log = logging.getLogger(__name__)
 
 # Above this many completion-position logits per micro-batch, TRL's memory-lean head is kept:
-# the direct path holds about three fp32 copies of them (12 bytes each).
+# the direct path holds a bf16 and a few fp32 copies of them (up to ~18 bytes each).
 MAX_DIRECT_LOGITS = 64 * 2**20
 
 
@@ -52,14 +52,18 @@ def generate_with_cached_casts(model, accelerator) -> None:
     model.generate = generate_in_autocast
 
 
-def completion_logprob_head(model, temperature: float, max_logits: int = MAX_DIRECT_LOGITS) -> None:
+def completion_logprob_head(model, temperature: float, max_logits: int = MAX_DIRECT_LOGITS) -> bool:
     """Wrap a model already patched by TRL's `add_fused_lm_head`: a `fused_lm_head=True` call on a
     CPU computes the same `FusedCausalLMOutput` (log-probs with gradient, entropy without) from the
-    completion positions' logits; any call it does not cover goes to TRL's head unchanged."""
+    completion positions' logits; any call it does not cover goes to TRL's head unchanged.
+    Returns False, changing nothing, on a model without TRL's head."""
     import torch
     from trl.trainer.utils import FusedCausalLMOutput
 
     fused_forward = model.forward  # TRL's: the original forward when fused_lm_head is False
+    code = getattr(getattr(fused_forward, "__func__", None), "__code__", None)
+    if code is None or "fused_lm_head" not in code.co_varnames:
+        return False  # not patched by this TRL's add_fused_lm_head: leave the model as it is
 
     # The class's signature, as TRL keeps it: `generate` decides which inputs to pass (position_ids for
     # left padding, logits_to_keep) from it.
@@ -96,6 +100,7 @@ def completion_logprob_head(model, temperature: float, max_logits: int = MAX_DIR
                                    label_mask=widen(mask))
 
     model.forward = types.MethodType(forward, model)
+    return True
 
 
 def apply(trainer) -> list[str]:
@@ -105,10 +110,16 @@ def apply(trainer) -> list[str]:
     if trainer.accelerator.mixed_precision != "no":
         installed.append("generation under one autocast context")
     args: Any = trainer.args
-    model = trainer.model.get_base_model() if hasattr(trainer.model, "get_base_model") else trainer.model
-    # The entropy bonus needs the entropy's gradient, which the direct head does not keep.
+    # TRL patches the base model under PEFT, and the reference model when there is one (beta > 0).
+    models = [trainer.model.get_base_model() if hasattr(trainer.model, "get_base_model") else trainer.model]
+    if getattr(trainer, "ref_model", None) is not None:
+        models.append(trainer.ref_model)
+    # Kept on TRL's head: the entropy bonus (needs the entropy's gradient, which the direct head does
+    # not keep) and an fp32 LM head (TRL runs it outside autocast).
     entropy_bonus = getattr(args, "entropy_coef", 0.0) != 0.0 or getattr(args, "use_adaptive_entropy", False)
-    if trainer.accelerator.device.type == "cpu" and not entropy_bonus:
-        completion_logprob_head(model, temperature=args.temperature)
-        installed.append("completion-only log-prob head")
+    if trainer.accelerator.device.type == "cpu" and not entropy_bonus and not args.cast_lm_head_to_fp32:
+        if all([completion_logprob_head(m, temperature=args.temperature) for m in models]):
+            installed.append("completion-only log-prob head")
+        else:
+            log.warning("TRL's fused LM head was not found: completion log-probs stay on TRL's path")
     return installed

@@ -80,7 +80,8 @@ def prepare(cfg: dict[str, Any]) -> Prepared:
     model, tokenizer = load_model_and_tokenizer(cfg["model"], on_gpu=hw.gpu, seed=cfg["seed"])
     peft_config = lora_config(cfg["model"].get("lora"), model.config.model_type)
     if resolve_activation_checkpointing(grpo_kwargs, model, hw, lora=peft_config is not None):
-        log.info("activation checkpointing on (grpo.activation_checkpointing)")
+        log.info("activation checkpointing on (grpo.activation_checkpointing=%s)",
+                 cfg["grpo"].get("activation_checkpointing"))
     ctx.response_prefix = response_prefix(cfg["model"].get("response_prefix", "auto"), tokenizer)
     if ctx.response_prefix:
         log.info("the chat template pre-fills %r: rewards and eval read it + the completion", ctx.response_prefix)
@@ -213,6 +214,8 @@ def _train(cfg: dict[str, Any], run_dir: Path, p: Prepared) -> float:
         log.info("LoRA r=%d alpha=%d on %s", p.peft_config.r, p.peft_config.lora_alpha,
                  sorted(p.peft_config.target_modules) if not isinstance(p.peft_config.target_modules, str)
                  else p.peft_config.target_modules)
+    # Unresolved, TRL would read None as its own default (on): prepare() decides it from memory.
+    assert p.grpo_kwargs.get("activation_checkpointing") is not None, "resolve_activation_checkpointing first"
     args = GRPOConfig(**p.grpo_kwargs)
     evaluator = make_evaluator(cfg, p, args.max_completion_length)
     eval_callback = FixedEvalCallback(evaluator, run_dir, every_n_steps=cfg["eval"]["every_n_steps"])

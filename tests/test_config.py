@@ -21,7 +21,10 @@ def composed(*overrides: str) -> dict:
 
 
 def test_defaults_compose_into_a_valid_grpo_config():
+    import torch
     from trl import GRPOConfig
+
+    from grpo_recipes.config import resolve_activation_checkpointing
 
     cfg = composed()
     assert cfg["model"]["path"] == "embedded:smollm2-135m-instruct"
@@ -32,6 +35,8 @@ def test_defaults_compose_into_a_valid_grpo_config():
     assert args.max_steps == cfg["max_steps"] and args.learning_rate == cfg["learning_rate"]
     assert args.reward_weights == [1.0, 0.2]
     assert kwargs["activation_checkpointing"] is None  # auto: resolved once the model is loaded
+    resolve_activation_checkpointing(kwargs, torch.nn.Linear(10, 10), CPU, lora=False)
+    assert GRPOConfig(**kwargs).activation_checkpointing is False  # TRL's own default would be True
     assert args.generation_batch_size % args.num_generations == 0
 
 
@@ -98,8 +103,10 @@ def test_activation_checkpointing_only_where_memory_needs_it():
         grpo = build_grpo_kwargs(composed(), CPU)
         assert resolve_activation_checkpointing(grpo, model, CPU, lora, memory_bytes=memory) is expected
         assert grpo["activation_checkpointing"] is expected
-    for setting in (True, False):  # an explicit choice is kept
+    for setting in (True, False):  # an explicit choice is kept, under either name
         grpo = build_grpo_kwargs(composed(f"grpo.activation_checkpointing={setting}"), CPU)
+        assert resolve_activation_checkpointing(grpo, model, CPU, False, memory_bytes=1) is setting
+        grpo = build_grpo_kwargs(composed(f"++grpo.gradient_checkpointing={setting}"), CPU)
         assert resolve_activation_checkpointing(grpo, model, CPU, False, memory_bytes=1) is setting
 
 

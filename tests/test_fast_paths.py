@@ -50,10 +50,17 @@ def score(model, ids, mask, labels, bf16: bool):
 
 @pytest.mark.parametrize("bf16", [False, True])
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_direct_head_matches_trl_fused_head(tokenizer, bf16, temperature):
+def test_direct_head_matches_trl_fused_head(tokenizer, bf16, temperature, monkeypatch):
+    import trl.trainer.utils
+
     trl_model, ours = heads(tokenizer, temperature)
     ids, mask, labels = batch(len(tokenizer))
     expected, expected_grads = score(trl_model, ids, mask, labels, bf16)
+
+    def not_taken(*args):
+        raise AssertionError("TRL's chunked head was called: the direct path was not taken")
+
+    monkeypatch.setattr(trl.trainer.utils._ChunkedLogProbFunction, "apply", not_taken)
     got, grads = score(ours, ids, mask, labels, bf16)
 
     assert got.log_probs.shape == expected.log_probs.shape == (ids.size(0), ids.size(1) - 1)
@@ -86,22 +93,38 @@ def test_generation_is_unchanged(tokenizer):
     fast = copy.deepcopy(plain)
     add_fused_lm_head(fast, outputs=("log_probs", "entropy"))
     completion_logprob_head(fast, temperature=1.0)
-    generate_with_cached_casts(fast, Accelerator(cpu=True, mixed_precision="bf16"))
+    accelerator = Accelerator(cpu=True, mixed_precision="bf16")
+    generate_with_cached_casts(fast, accelerator)
     assert inspect.signature(fast.forward).parameters.keys() == inspect.signature(plain.forward).parameters.keys()
+    plain = accelerator.prepare_model(plain, evaluation_mode=True)  # autocast entered at every forward
 
     prompts = ["<|im_start|>user\n12+7?<|im_end|>\n<|im_start|>assistant\n", "<|im_start|>assistant\n"]
     enc = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left")
     kwargs = dict(max_new_tokens=12, do_sample=False, pad_token_id=tokenizer.pad_token_id)
     with torch.no_grad():
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            expected = plain.generate(**enc, **kwargs)
+        expected = plain.generate(**enc, **kwargs)
         got = fast.generate(**enc, **kwargs)
     assert torch.equal(got, expected)
 
 
-def test_trim_heap_returns_freed_memory_where_glibc_can():
-    from grpo_recipes.memory import trim_heap
+def grpo_trainer(tokenizer, tmp_path, **config):
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
 
-    blocks = [bytearray(64 << 10) for _ in range(2000)]  # 125 MB of heap-sized blocks
-    del blocks
-    assert isinstance(trim_heap(), bool)
+    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=True, per_device_train_batch_size=4,
+                      num_generations=2, max_completion_length=4, report_to="none", **config)
+    data = Dataset.from_list([{"prompt": [{"role": "user", "content": "1+1?"}]}] * 4)
+    return GRPOTrainer(model=tiny_model(tokenizer, seed=3), reward_funcs=lambda completions, **kw: [0.0] * len(completions),
+                       args=args, train_dataset=data, processing_class=tokenizer)
+
+
+def test_apply_installs_what_fits_the_trainer(tokenizer, tmp_path):
+    from grpo_recipes import fast_paths
+
+    trainer = grpo_trainer(tokenizer, tmp_path)
+    assert fast_paths.apply(trainer) == ["generation under one autocast context", "completion-only log-prob head"]
+    assert trainer.model.forward.__func__.__code__.co_filename == fast_paths.__file__  # our head over TRL's
+    assert fast_paths.apply(grpo_trainer(tokenizer, tmp_path, entropy_coef=0.01)) == [
+        "generation under one autocast context"]  # the entropy bonus needs TRL's head
+    # A model TRL did not patch is left alone.
+    assert fast_paths.completion_logprob_head(tiny_model(tokenizer), temperature=1.0) is False
