@@ -61,8 +61,7 @@ def completion_logprob_head(model, temperature: float, max_logits: int = MAX_DIR
     from trl.trainer.utils import FusedCausalLMOutput
 
     fused_forward = model.forward  # TRL's: the original forward when fused_lm_head is False
-    code = getattr(getattr(fused_forward, "__func__", None), "__code__", None)
-    if code is None or "fused_lm_head" not in code.co_varnames:
+    if not _has_trl_head(fused_forward):
         return False  # not patched by this TRL's add_fused_lm_head: leave the model as it is
 
     # The class's signature, as TRL keeps it: `generate` decides which inputs to pass (position_ids for
@@ -101,6 +100,18 @@ def completion_logprob_head(model, temperature: float, max_logits: int = MAX_DIR
 
     model.forward = types.MethodType(forward, model)
     return True
+
+
+def _has_trl_head(forward) -> bool:
+    """Whether TRL's `_fused_forward` is in this forward's chain of wrappers (accelerate wraps the
+    reference model's forward in autocast before we see it)."""
+    fn = getattr(forward, "__func__", forward)
+    while fn is not None:
+        code = getattr(fn, "__code__", None)
+        if code is not None and "fused_lm_head" in code.co_varnames:
+            return True
+        fn = getattr(fn, "__wrapped__", None)
+    return False
 
 
 def apply(trainer) -> list[str]:

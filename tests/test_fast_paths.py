@@ -114,7 +114,10 @@ def grpo_trainer(tokenizer, tmp_path, **config):
     args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=True, per_device_train_batch_size=4,
                       num_generations=2, max_completion_length=4, report_to="none", **config)
     data = Dataset.from_list([{"prompt": [{"role": "user", "content": "1+1?"}]}] * 4)
-    return GRPOTrainer(model=tiny_model(tokenizer, seed=3), reward_funcs=lambda completions, **kw: [0.0] * len(completions),
+    model = tiny_model(tokenizer, seed=3)
+    model.save_pretrained(tmp_path / "tiny")  # TRL loads the reference model (beta > 0) from the model's path
+    model.config._name_or_path = str(tmp_path / "tiny")
+    return GRPOTrainer(model=model, reward_funcs=lambda completions, **kw: [0.0] * len(completions),
                        args=args, train_dataset=data, processing_class=tokenizer)
 
 
@@ -124,6 +127,9 @@ def test_apply_installs_what_fits_the_trainer(tokenizer, tmp_path):
     trainer = grpo_trainer(tokenizer, tmp_path)
     assert fast_paths.apply(trainer) == ["generation under one autocast context", "completion-only log-prob head"]
     assert trainer.model.forward.__func__.__code__.co_filename == fast_paths.__file__  # our head over TRL's
+    with_reference = grpo_trainer(tokenizer, tmp_path, beta=0.04)  # TRL keeps a reference model
+    assert "completion-only log-prob head" in fast_paths.apply(with_reference)
+    assert with_reference.ref_model.forward.__func__.__code__.co_filename == fast_paths.__file__
     assert fast_paths.apply(grpo_trainer(tokenizer, tmp_path, entropy_coef=0.01)) == [
         "generation under one autocast context"]  # the entropy bonus needs TRL's head
     # A model TRL did not patch is left alone.
