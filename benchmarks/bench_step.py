@@ -184,10 +184,12 @@ def main() -> None:
 
     cfg, taskset, train, _, model, tokenizer = default_setup(eval_size=8)
     hw = detect_hardware()
-    if args.model != "embedded":  # as the recipe loads a model: bf16 weights on a GPU, fp32 on a CPU
-        model = qwen25_05b_shaped_model(torch.bfloat16 if hw.gpu else torch.float32)
+    # As the recipe loads a model: bf16 weights on a GPU that supports it, fp32 on a CPU.
+    dtype = torch.bfloat16 if hw.gpu and hw.bf16 else torch.float32
+    if args.model != "embedded":
+        model = qwen25_05b_shaped_model(dtype)
     if hw.gpu:
-        model = model.to("cuda")
+        model = model.to("cuda", dtype=dtype)
     n_params = sum(p.numel() for p in model.parameters())
     funcs, weights = build_rewards(cfg["dataset"]["rewards"], RewardContext(taskset.score, "answer_tag"))
     ours = build_grpo_kwargs(cfg, hw, reward_weights=weights)
