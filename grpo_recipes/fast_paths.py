@@ -12,7 +12,8 @@ benchmarks/RESULTS.md, targets 1 and 2). The numbers stay the same up to bf16 ro
    passes over [tokens, 32k] tiles: 3.8 s of a 10 s step here. A CPU micro-batch's completion
    logits are small (16 x 32 tokens x 49k vocab = 100 MB in fp32), so they are computed for the
    completion positions only (`logits_to_keep`), in the autocast dtype like any other layer, with
-   a log-softmax in fp32; larger micro-batches, and the cases `apply` lists, keep TRL's head.
+   a log-softmax in fp32; micro-batches too large for the host's memory, and the cases `apply`
+  lists, keep TRL's head.
 """
 from __future__ import annotations
 
@@ -25,9 +26,17 @@ from grpo_recipes.memory import trim_heap
 
 log = logging.getLogger(__name__)
 
-# Above this many completion-position logits per micro-batch, TRL's memory-lean head is kept:
-# the direct path holds a bf16 and a few fp32 copies of them (up to ~18 bytes each).
-MAX_DIRECT_LOGITS = 64 * 2**20
+# The direct head holds a bf16 and a few fp32 copies of each completion-position logit.
+BYTES_PER_LOGIT = 18
+
+
+def direct_head_budget() -> int:
+    """Completion logits a micro-batch may have for the direct head, within a sixteenth of the host's
+    memory (24 GiB: 89 M; 8 GB: 28 M, and the embedded model's micro-batch has 25 M); above it, TRL's
+    memory-lean head is kept."""
+    from grpo_recipes.config import Hardware, device_memory_bytes
+
+    return device_memory_bytes(Hardware(gpu=False, bf16=False, world_size=1)) // 16 // BYTES_PER_LOGIT
 
 
 def generate_with_cached_casts(model, accelerator) -> None:
@@ -52,7 +61,7 @@ def generate_with_cached_casts(model, accelerator) -> None:
     model.generate = generate_in_autocast
 
 
-def completion_logprob_head(model, temperature: float, max_logits: int = MAX_DIRECT_LOGITS) -> bool:
+def completion_logprob_head(model, temperature: float, max_logits: int | None = None) -> bool:
     """Wrap a model already patched by TRL's `add_fused_lm_head`: a `fused_lm_head=True` call on a
     CPU computes the same `FusedCausalLMOutput` (log-probs with gradient, entropy without) from the
     completion positions' logits; any call it does not cover goes to TRL's head unchanged.
@@ -63,6 +72,7 @@ def completion_logprob_head(model, temperature: float, max_logits: int = MAX_DIR
     fused_forward = model.forward  # TRL's: the original forward when fused_lm_head is False
     if not _has_trl_head(fused_forward):
         return False  # not patched by this TRL's add_fused_lm_head: leave the model as it is
+    max_logits = direct_head_budget() if max_logits is None else max_logits
 
     # The class's signature, as TRL keeps it: `generate` decides which inputs to pass (position_ids for
     # left padding, logits_to_keep) from it.
