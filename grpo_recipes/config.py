@@ -57,13 +57,9 @@ def detect_hardware() -> Hardware:
     return Hardware(gpu=gpu, bf16=bf16, world_size=int(os.environ.get("WORLD_SIZE", "1")))
 
 
-def device_memory_bytes(hw: Hardware) -> int:
-    """Memory one training process can count on: its GPU's, or for a CPU run the host's RAM (or the
-    container's cgroup limit, if lower) shared by the processes on this host."""
-    if hw.gpu:
-        import torch
-
-        return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+def host_memory_bytes() -> int:
+    """This process's share of the host's RAM (or of the container's cgroup limit, if lower), split
+    between the training processes on this host."""
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     try:
         limit = open("/sys/fs/cgroup/memory.max").read().strip()  # cgroup v2; "max" when unlimited
@@ -71,6 +67,15 @@ def device_memory_bytes(hw: Hardware) -> int:
     except OSError:
         pass
     return memory // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+
+
+def device_memory_bytes(hw: Hardware) -> int:
+    """Memory one training process can count on: its GPU's, or its share of the host's for a CPU run."""
+    if hw.gpu:
+        import torch
+
+        return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    return host_memory_bytes()
 
 
 def resolve_activation_checkpointing(grpo: dict[str, Any], model, hw: Hardware, lora: bool,

@@ -34,9 +34,9 @@ def direct_head_budget() -> int:
     """Completion logits a micro-batch may have for the direct head, within a sixteenth of the host's
     memory (24 GiB: 89 M; 8 GB: 28 M, and the embedded model's micro-batch has 25 M); above it, TRL's
     memory-lean head is kept."""
-    from grpo_recipes.config import Hardware, device_memory_bytes
+    from grpo_recipes.config import host_memory_bytes
 
-    return device_memory_bytes(Hardware(gpu=False, bf16=False, world_size=1)) // 16 // BYTES_PER_LOGIT
+    return host_memory_bytes() // 16 // BYTES_PER_LOGIT
 
 
 def generate_with_cached_casts(model, accelerator) -> None:

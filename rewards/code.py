@@ -11,6 +11,7 @@ a test passes when its program exits 0 in time and the language's epilogue then 
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import secrets
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from grpo_recipes.errors import ConfigError
 from rewards.common import completion_text, is_int, is_number
 from rewards.extraction import Extraction
 from rewards.sandbox import Executor, Program, get_executor
@@ -92,7 +94,7 @@ class TestSuite:
         chosen = {counted[round(k * step)] for k in range(max_tests)}
         last = max(chosen)
         out = tuple(t for i, t in enumerate(self.tests) if i <= last and (i in chosen or not t[1]))
-        return TestSuite(self.entry_point, out, self.setup, self.language, self.prompt)
+        return dataclasses.replace(self, tests=out)
 
     @property
     def num_tests(self) -> int:
@@ -224,7 +226,7 @@ def _run_tests(program, prompt, setup, entry, steps, per_test):
 
 
 def python_harness(solution: str, suite: TestSuite, per_test_timeout: float) -> str:
-    args = [assemble(solution, suite), suite.prompt, suite.setup, suite.entry_point, [list(t) for t in suite.tests],
+    args = [assemble(solution, suite), suite.prompt, suite.setup, suite.entry_point, suite.tests,
             float(per_test_timeout)]
     return _HARNESS + f"import json as _json\n_run_tests(*_json.loads({json.dumps(args)!r}))\n"
 
@@ -261,11 +263,11 @@ def run_suites(solutions: Sequence[str | None], suites: Sequence[TestSuite], tim
             # After the test, the language's `epilogue` echoes a nonce from stdin: a program that exits 0
             # before its test ran never prints it. Without an epilogue, exit status 0 is the verdict.
             epilogue = executor.languages.get(suite.language, {}).get("epilogue")
-            prelude = []
+            prelude, program = [], assemble(solution, suite)
             for source, counted in suite.tests:
                 if counted:
                     nonce = secrets.token_hex(16) if epilogue else None
-                    body = "\n".join([assemble(solution, suite), suite.setup, *prelude, source, epilogue or ""])
+                    body = "\n".join([program, suite.setup, *prelude, source, epilogue or ""])
                     programs.append(Program(body, suite.language, f"{nonce}\n" if nonce else "", timeout + 2.0))
                     owners.append((i, "test"))
                     nonces.append(nonce)
@@ -287,8 +289,6 @@ def make_code_reward(base_weight: float = 1.0, perfect_bonus: float = 1.0, max_t
                      timeout: float = 2.0):
     """`fraction of tests passed x base_weight + perfect_bonus x 1[all passed]` (the Q recipe's reward);
     None for a row that is not a code task (TRL then leaves it out of the sum)."""
-    from grpo_recipes.errors import ConfigError
-
     for key, value, low in (("base_weight", base_weight, None), ("perfect_bonus", perfect_bonus, None),
                             ("timeout", timeout, 0)):
         if not is_number(value) or (low is not None and value <= low):
@@ -309,7 +309,10 @@ def make_code_reward(base_weight: float = 1.0, perfect_bonus: float = 1.0, max_t
         for i, outcome, all_passed in zip(runnable, outcomes, perfect):
             out[i] = outcome.fraction * base_weight + (perfect_bonus if all_passed else 0.0)
         if callable(kwargs.get("log_metric")) and runnable:  # per-task accuracy (all tests pass), group variance
-            column = lambda key: [(kwargs.get(key) or [""] * len(completions))[i] for i in runnable]
+            def column(key):
+                values = kwargs.get(key) or [""] * len(completions)
+                return [values[i] for i in runnable]
+
             log_train_stats(kwargs["log_metric"], column("question"), column("task"), [out[i] for i in runnable],
                             perfect, codes)
         return out

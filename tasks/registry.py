@@ -66,10 +66,11 @@ def _board(grid: Any) -> tuple:
 # Rows carry metadata as JSON text, which turns tuples into lists. Verifiers that compare against a
 # tuple get it back here (ARC: `parse_board(answer) == metadata["output"]`, a tuple of tuples, so a
 # correct grid scored 0.05 from a row). tests/test_task_registry.py scores every task from its row.
-_METADATA_FROM_JSON = {
-    "arc_agi": lambda m: {**m, "output": _board(m["output"])},
-    "rearc": lambda m: {**m, "output": _board(m["output"])},
-}
+def _revive_output_grid(metadata: dict) -> dict:
+    return {**metadata, "output": _board(metadata["output"])}
+
+
+_METADATA_FROM_JSON = {"arc_agi": _revive_output_grid, "rearc": _revive_output_grid}
 
 
 def metadata_from_json(text: str) -> Any:

@@ -24,6 +24,7 @@ def test_digits_preset_signed_reward_and_eval_before_and_after(tmp_path):
     _, evals, train = _run(tmp_path, "digits", "max_steps=2")
     assert sorted(evals) == [0, 2]  # eval before and after training only
     assert all(e["task"] == "sum_digits" for e in evals[0]["examples"])
+    assert len(train) == 2
     for r in train:
         assert "train/rewards/format/mean" not in r  # correctness only
         # every completion scores +1 or -1, so the mean is (correct - wrong) / n
@@ -64,5 +65,6 @@ def test_rg_multitask_preset_weighted_tasks_and_variance_logging(tmp_path):
     assert len(evals[0]["examples"]) == 12
     for task in tasks:
         assert 0.0 <= evals[2]["metrics"][f"{task}/accuracy"] <= 1.0
+    assert len(train) == 2
     for r in train:
         assert 0.0 <= r["train/groups/reward_varied"] <= 1.0 and 0.0 <= r["train/groups/answer_varied"] <= 1.0

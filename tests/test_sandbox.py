@@ -29,12 +29,11 @@ def _passed(executor: Executor, solution: str) -> int:
     return run_suites([solution], [SUITE], timeout=1.0, executor=executor)[0].passed
 
 
-def _os_layers() -> dict:
-    return Executor().layers()
+LAYERS = Executor().layers()  # once: each call starts a sandboxed program
 
 
 needs_os_layers = pytest.mark.skipif(
-    not ({"net", "pid"} <= set(_os_layers().get("namespaces", [])) and _os_layers().get("landlock_abi", 0) >= 6),
+    not ({"net", "pid"} <= set(LAYERS.get("namespaces", [])) and LAYERS.get("landlock_abi", 0) >= 6),
     reason="this machine gives no network+PID namespaces or Landlock >= 6 to a program",
 )
 
@@ -220,8 +219,8 @@ def test_programs_run_in_parallel():
 
 
 def test_language_template_plugs_in_another_interpreter():
-    ex = Executor(languages={"sh": {"command": ["/bin/sh", "{file}"], "extension": ".sh"}})
-    result = ex.run_one(Program("echo hello from sh", language="sh"))
+    ex = Executor(languages={"mysh": {"command": ["/bin/sh", "{file}"], "extension": ".sh"}})
+    result = ex.run_one(Program("echo hello from sh", language="mysh"))
     assert result.ok and result.stdout.strip() == "hello from sh"
     suite = TestSuite("double", (("[ \"$(double 3)\" = 6 ]", True), ("[ \"$(double 5)\" = 10 ]", True)), language="sh")
     outcome = run_suites(["double() { echo $(( $1 * 2 )); }"], [suite], executor=ex)[0]
@@ -281,7 +280,7 @@ def test_the_tasks_own_helpers_cannot_be_redefined_by_the_solution():
 
 
 def _has_layer(name: str) -> bool:
-    return bool(_os_layers().get(name))
+    return bool(LAYERS.get(name))
 
 
 def _running(marker: str) -> bool:

@@ -98,7 +98,7 @@ def test_reference_answer_scores_through_our_path(name, prompt_format, qa_path):
 
         text = written(row["answer"], prompt_format, code=is_code_task(name))
         assert format_ok(text, prompt_format, strict=True), f"{name}: strict {prompt_format} rejects {text!r}"
-        extracted = taskset.extract(text, name) if is_code_task(name) else extract_answer(text)
+        extracted = taskset.extract(text, name)
         scored = {"question": row["question"], "answer": row["answer"], "metadata": row["metadata"]}
         score = taskset.score(extracted.answer, scored)
         if score < 1.0:

@@ -233,7 +233,7 @@ class Executor:
             # RLIMIT_NPROC counts the uid's existing tasks too; root is exempt (the pids cgroup caps it)
             processes = None if os.geteuid() == 0 else _user_tasks() + self.max_processes
             limits = {
-                "isolation": self.isolation, "workdir": str(workdir), "box": str(box), "src": str(src),
+                "isolation": self.isolation, "workdir": str(workdir), "box": str(box),
                 "cgroup": str(cgroup) if cgroup else None, "disk_mb": self.disk_mb,
                 "read_paths": [*self._read_paths(command), str(src)],
                 "cpu_s": int(timeout) + 1, "memory_bytes": self.memory_mb * 1024 * 1024,
