@@ -7,7 +7,9 @@
     python train_grpo.py --cfg job                        # print the composed config
     python train_grpo.py -m learning_rate=1e-6,5e-6 seed=1,2
 
-Heavy libraries are imported inside the job, so `--cfg job` and `--help` stay fast.
+The command line is checked before Hydra runs anything (grpo_recipes/preflight.py): a mistake is
+one line and exit code 2, with nothing created. Heavy libraries are imported inside the job, so
+the check, `--cfg job` and `--help` stay fast.
 """
 import sys
 from pathlib import Path
@@ -16,6 +18,7 @@ import hydra
 from omegaconf import DictConfig
 
 from grpo_recipes.cli import rewrite_argv
+from grpo_recipes.preflight import check_command_line
 
 CONFIG_DIR = Path(__file__).resolve().parent / "config"
 
@@ -28,5 +31,5 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
-    sys.argv = rewrite_argv(sys.argv, CONFIG_DIR)
+    sys.argv = check_command_line(rewrite_argv(sys.argv, CONFIG_DIR), CONFIG_DIR)
     main()

@@ -13,7 +13,8 @@ OPEN_PREFIXES = ("grpo.", "dataset.tasks.", "dataset.rewards.", "sandbox.")
 def rewrite_argv(argv: list[str], config_dir: Path) -> list[str]:
     """Command-line sugar, before Hydra parses it.
 
-    `model=<hub id or path>` -> `model=custom model.path=<it>` when it names no model config.
+    `model=<hub id or path>` -> `model=custom model.path=<it>` when it names no model config and is
+    a local path or a hub id (org/name).
 
     `model=smollm2_135m` still picks config/model/smollm2_135m.yaml; sweeps (`a,b`) are left alone.
     Also: `grpo.x=1` -> `++grpo.x=1` (see OPEN_PREFIXES), and -m/--multirun moves to the front.
@@ -25,7 +26,7 @@ def rewrite_argv(argv: list[str], config_dir: Path) -> list[str]:
     for arg in (a for a in argv[1:] if a not in flags):
         match = re.fullmatch(r"model=(.+)", arg)
         value = match.group(1) if match else None
-        if value and value not in options and "," not in value and not value.startswith(("choice(", "range(")):
+        if value and value not in options and _names_a_model(value):
             name = model_name_from_path(value)
             out += ["model=custom", f"model.path={value}", f"model.name={name}"]
         elif arg.startswith(OPEN_PREFIXES) and "=" in arg:
@@ -33,6 +34,13 @@ def rewrite_argv(argv: list[str], config_dir: Path) -> list[str]:
         else:
             out.append(arg)
     return out
+
+
+def _names_a_model(value: str) -> bool:
+    """A local directory, or a hub id (org/name); a bare word is a model option (a typo gets the close ones)."""
+    if "," in value or value.startswith(("choice(", "range(", "glob(")):
+        return False
+    return "/" in value or Path(value).expanduser().exists()
 
 
 def model_name_from_path(value: str) -> str:

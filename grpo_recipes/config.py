@@ -16,9 +16,11 @@ import dataclasses
 import difflib
 import importlib.util
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
+from grpo_recipes.checks import check_batch
 from grpo_recipes.errors import ConfigError
 
 # Top-level knobs that are GRPOConfig fields: `python train_grpo.py max_steps=100`.
@@ -120,7 +122,7 @@ def build_grpo_kwargs(cfg: dict[str, Any], hw: Hardware, reward_weights: list[fl
         grpo["report_to"] = [grpo["report_to"]]
 
     _apply_hardware(grpo, hw)
-    _check_batch(grpo, hw)
+    check_batch(grpo, hw.world_size)
     if reward_weights is not None:
         if grpo.get("reward_weights") is not None:
             raise ConfigError("grpo.reward_weights: set each reward's weight under dataset.rewards.<name>.weight")
@@ -148,21 +150,65 @@ def _apply_hardware(grpo: dict[str, Any], hw: Hardware) -> None:
             grpo["bf16"] = hw.bf16
 
 
-def _check_batch(grpo: dict[str, Any], hw: Hardware) -> None:
-    """TRL counts completions, not prompts: each generation batch must hold whole groups."""
-    per_device = int(grpo.get("per_device_train_batch_size", 8))
-    num_generations = int(grpo.get("num_generations") or 8)
-    if grpo.get("generation_batch_size") is not None:
-        batch, where = int(grpo["generation_batch_size"]), "grpo.generation_batch_size"
-    else:
-        steps = int(grpo.get("steps_per_generation") or grpo.get("gradient_accumulation_steps", 1))
-        batch = per_device * hw.world_size * steps
-        where = (f"grpo.per_device_train_batch_size ({per_device}) x processes ({hw.world_size}) x "
-                 f"steps_per_generation ({steps})")
-    if num_generations < 2:
-        raise ConfigError(f"grpo.num_generations={num_generations}: GRPO needs at least 2 completions per prompt")
-    if batch % num_generations:
-        raise ConfigError(
-            f"{where} = {batch} completions per generation batch is not divisible by grpo.num_generations "
-            f"({num_generations}); TRL counts completions, not prompts. Use a multiple of {num_generations}."
-        )
+def check_trainer_config(cfg: dict[str, Any], hw: Hardware | None = None) -> None:
+    """The GRPOConfig this config builds, checked as TRL would: the last stage of the config check."""
+    rewards = [r for r in (cfg["dataset"].get("rewards") or {}).values() if r is not None]
+    check_grpo_config(build_grpo_kwargs(cfg, hw or detect_hardware(), reward_weights=[1.0] * len(rewards)))
+
+
+def check_grpo_config(grpo: dict[str, Any]) -> None:
+    """Every grpo field against the type TRL declares for it, then TRL's own rules (GRPOConfig's
+    __post_init__), each failure as one ConfigError. Builds a throw-away GRPOConfig; nothing is kept."""
+    import typing
+
+    from trl import GRPOConfig
+
+    hints = typing.get_type_hints(GRPOConfig)
+    for key, value in grpo.items():
+        if key in hints and not _matches(value, hints[key]):
+            raise ConfigError(f"grpo.{key}={value!r}: expected {_type_name(hints[key])} (GRPOConfig's type)")
+    try:
+        GRPOConfig(**{**grpo, "activation_checkpointing": bool(grpo.get("activation_checkpointing"))})
+    except (ValueError, TypeError) as err:
+        message = str(err).strip().splitlines()[0]
+        # TRL's messages name a field or a value; name the key the user set whose value it quotes
+        named = [k for k, v in grpo.items() if isinstance(v, str) and len(v) > 1 and v in message]
+        named = named or [k for k in grpo if re.search(rf"\b{re.escape(k)}\b", message)]
+        where = f"grpo.{named[0]}={grpo[named[0]]}" if named else "grpo"
+        raise ConfigError(f"{where}: {message}") from None
+
+
+def _matches(value: Any, tp: Any) -> bool:
+    """Exact typing: an int is a float, a bool is not an int; unknown classes pass (TRL checks them)."""
+    import enum
+    import types
+    import typing
+
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, a) for a in args)
+    if origin is typing.Literal:
+        return value in args
+    if tp is type(None):
+        return value is None
+    if tp is bool:
+        return isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if tp is str:
+        return isinstance(value, str)
+    if origin in (list, tuple) or tp in (list, tuple):
+        return isinstance(value, (list, tuple)) and (not args or all(_matches(v, args[0]) for v in value))
+    if origin is dict or tp is dict:
+        return isinstance(value, dict)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return value in {e.value for e in tp}
+    return True
+
+
+def _type_name(tp: Any) -> str:
+    return str(tp).replace("typing.", "").replace("<class '", "").replace("'>", "")

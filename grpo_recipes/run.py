@@ -15,29 +15,17 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from grpo_recipes import resume
+from grpo_recipes.checks import check_config
+from grpo_recipes.config import check_trainer_config
 from grpo_recipes.errors import ConfigError
+from grpo_recipes.resume import RunPlan
 
 log = logging.getLogger("grpo_recipes")
 
 
 def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
-
-
-def last_checkpoint(run_dir: Path) -> Path | None:
-    checkpoints = sorted(run_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
-    return checkpoints[-1] if checkpoints else None
-
-
-def check_run_dir(run_dir: Path, resume: bool, eval_only: bool = False) -> Path | None:
-    """Never overwrite an earlier run: continue it (resume=true) or pick another run_name."""
-    checkpoint = last_checkpoint(run_dir) if run_dir.exists() else None
-    if resume and not eval_only:
-        return checkpoint
-    if checkpoint is not None or (run_dir / "train_results.json").exists():
-        hint = "" if eval_only else "pass resume=true to continue it, or "
-        raise ConfigError(f"output dir '{run_dir}' already holds a run: {hint}a new run_name=... to start another")
-    return None
 
 
 @dataclass
@@ -55,10 +43,15 @@ class Prepared:
     tokenizer: Any
     peft_config: Any = None
     response_prefix: str = ""
+    resumed: bool = False
 
 
-def prepare(cfg: dict[str, Any]) -> Prepared:
-    from grpo_recipes.config import build_grpo_kwargs, detect_hardware, resolve_activation_checkpointing
+def prepare(cfg: dict[str, Any], plan: RunPlan) -> Prepared:
+    from grpo_recipes.config import (
+        build_grpo_kwargs,
+        detect_hardware,
+        resolve_activation_checkpointing,
+    )
     from grpo_recipes.data import build_datasets
     from grpo_recipes.lora import lora_config
     from grpo_recipes.models import check_model_path, load_model_and_tokenizer
@@ -76,7 +69,12 @@ def prepare(cfg: dict[str, Any]) -> Prepared:
                         max_completion_length=cfg["grpo"].get("max_completion_length"), judge=taskset.judge)
     reward_funcs, weights = build_rewards(cfg["dataset"]["rewards"], ctx)
     grpo_kwargs = build_grpo_kwargs(cfg, hw, reward_weights=weights)
-    checkpoint = check_run_dir(Path(cfg["output_dir"]), bool(cfg.get("resume")), bool(cfg.get("eval_only")))
+    checkpoint = None
+    if plan.action == "resume":
+        from transformers.trainer_utils import get_last_checkpoint
+
+        found = get_last_checkpoint(str(plan.run_dir))
+        checkpoint = Path(found) if found else None
     model, tokenizer = load_model_and_tokenizer(cfg["model"], on_gpu=hw.gpu, seed=cfg["seed"])
     peft_config = lora_config(cfg["model"].get("lora"), model.config.model_type)
     if resolve_activation_checkpointing(grpo_kwargs, model, hw, lora=peft_config is not None):
@@ -86,7 +84,7 @@ def prepare(cfg: dict[str, Any]) -> Prepared:
     if ctx.response_prefix:
         log.info("the chat template pre-fills %r: rewards and eval read it + the completion", ctx.response_prefix)
     return Prepared(hw, taskset, train_dataset, eval_rows, reward_funcs, grpo_kwargs, checkpoint, model, tokenizer,
-                    peft_config, ctx.response_prefix)
+                    peft_config, ctx.response_prefix, resumed=plan.action == "resume")
 
 
 def configure_sandbox(settings: dict[str, Any] | None):
@@ -115,22 +113,37 @@ def train(cfg: DictConfig) -> float:
     # TRL 1.16 still calls transformers' deprecated alias on every step; the warning is not the user's to fix.
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
     container = OmegaConf.to_container(cfg, resolve=True)
-    with console(None):
-        prepared = prepare(container)
     run_dir = Path(container["output_dir"])
     main = is_main_process()
+    with console(None):
+        check_config(container)  # again: a search's sampled values are known only here
+        check_trainer_config(container)
+        plan = resume.plan_run(run_dir, container["resume"], container["eval_only"])
+        saved = _saved_config(run_dir) if plan.action != "new" else None
+        changed = resume.check_changes(run_dir, saved, container) if saved is not None else []
+        if plan.action == "finished":
+            resume.check_finished(run_dir, changed)
+            log.info(resume.finished_message(run_dir))
+            return float(json.loads((run_dir / "train_results.json").read_text()).get("final_eval_accuracy", 0.0))
+        prepared = prepare(container, plan)
     if main:
         run_dir.mkdir(parents=True, exist_ok=True)
     with console(run_dir if main else None):
         if main:
-            OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
-            _save_overrides(run_dir)
+            if saved is None:  # written once, when the run starts: the record of what the run is
+                OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
+            _record_overrides(run_dir, resumed=plan.action == "resume")
         try:
             if container.get("eval_only"):
                 return _eval_only(container, run_dir, prepared)
             return _train(container, run_dir, prepared)
         finally:
             _finish_trackers()
+
+
+def _saved_config(run_dir: Path) -> dict[str, Any] | None:
+    path = run_dir / "config.yaml"
+    return OmegaConf.to_container(OmegaConf.load(path), resolve=False) if path.is_file() else None
 
 
 def _finish_trackers() -> None:
@@ -141,12 +154,12 @@ def _finish_trackers() -> None:
         wandb.teardown()  # settings (WANDB_DIR) are cached per process; the next job reads them anew
 
 
-def _save_overrides(run_dir: Path) -> None:
-    """The command-line overrides of this job (for sweep summaries); only inside a Hydra job."""
+def _record_overrides(run_dir: Path, resumed: bool) -> None:
+    """This job's command-line overrides, as a new entry of overrides.yaml (sweep summaries, resumes)."""
     from hydra.core.hydra_config import HydraConfig
 
     if HydraConfig.initialized():
-        OmegaConf.save(OmegaConf.create(list(HydraConfig.get().overrides.task)), run_dir / "overrides.yaml")
+        resume.record_overrides(run_dir, list(HydraConfig.get().overrides.task), resumed)
 
 
 def make_evaluator(cfg: dict[str, Any], p: Prepared, max_completion_length: int):
@@ -232,11 +245,11 @@ def _train(cfg: dict[str, Any], run_dir: Path, p: Prepared) -> float:
     n_train = sum(t.numel() for t in trainer.model.parameters() if t.requires_grad)
     n_all = sum(t.numel() for t in trainer.model.parameters())
     log.info("Training %.2f M of %.2f M parameters (%.2f%%)", n_train / 1e6, n_all / 1e6, 100 * n_train / n_all)
-    if p.checkpoint is not None:
-        step = int(p.checkpoint.name.split("-")[-1])
+    if p.resumed:  # from the last checkpoint, or from the start when the run stopped before its first
+        step = int(p.checkpoint.name.split("-")[-1]) if p.checkpoint is not None else -1
         dropped = trim_metrics_after(run_dir / "metrics.jsonl", step) if trainer.is_world_process_zero() else 0
         log.info("Resuming from %s (%d metric lines after step %d dropped: they are logged again)",
-                 p.checkpoint, dropped, step)
+                 p.checkpoint or "the start: no checkpoint was saved", dropped, max(step, 0))
     stop = GracefulStop().install()
     trainer.add_callback(stop)
     eval_callback.skip_final_eval = lambda: stop.requested
@@ -247,8 +260,8 @@ def _train(cfg: dict[str, Any], run_dir: Path, p: Prepared) -> float:
     if stop.requested:
         if trainer.is_world_process_zero():
             write_report(run_dir)
-        log.warning("Stopped at step %d with checkpoint-%d saved. Continue with: python train_grpo.py "
-                    "run_name=%s resume=true", trainer.state.global_step, trainer.state.global_step, cfg["run_name"])
+        log.warning("Stopped at step %d with checkpoint-%d saved. Continue with: %s", trainer.state.global_step,
+                    trainer.state.global_step, resume_command(cfg))
         raise Interrupted(stop.exit_code)
 
     final = run_dir / "final"
@@ -269,6 +282,16 @@ def _train(cfg: dict[str, Any], run_dir: Path, p: Prepared) -> float:
         log.info("Fixed eval accuracy: step %d %.3f -> step %d %.3f | report: %s",
                  first, history[first]["accuracy"], last, history[last]["accuracy"], report)
     return float(history[last]["accuracy"])
+
+
+def resume_command(cfg: dict[str, Any]) -> str:
+    """The command that continues this run as it was: the run's own overrides are read from its directory."""
+    import shlex
+
+    args = [f"run_name={cfg['run_name']}"]
+    if cfg["output_root"] != "outputs":
+        args.append(f"output_root={cfg['output_root']}")
+    return "python train_grpo.py " + " ".join(shlex.quote(a) for a in args + ["resume=true"])
 
 
 class Interrupted(Exception):

@@ -16,17 +16,14 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 
+from grpo_recipes.resume import first_overrides
+
 
 def job_row(job: Path) -> dict[str, Any] | None:
     evals = {}
     for path in (job / "eval_results").glob("eval_step_*.json"):
         evals[int(path.stem.rsplit("_", 1)[1])] = path
-    overrides_file = job / "overrides.yaml"
-    overrides = []
-    if overrides_file.exists():
-        from omegaconf import OmegaConf
-
-        overrides = list(OmegaConf.load(overrides_file))
+    overrides = first_overrides(job)
     if not evals and not (job / "config.yaml").exists():
         return None
     row = {"job": job.name, "overrides": overrides, "finished": (job / "train_results.json").exists(),

@@ -87,8 +87,10 @@ def test_generation_is_unchanged(tokenizer):
     """Same greedy tokens with both fast paths installed; the forward keeps the class's signature,
     from which `generate` decides to pass position_ids for left-padded prompts."""
     from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
     from trl.trainer.utils import add_fused_lm_head
 
+    AcceleratorState._reset_state(reset_partial_state=True)  # as accelerate's own tests do: a fresh bf16 state
     plain = tiny_model(tokenizer, seed=2, hidden_size=64)
     fast = copy.deepcopy(plain)
     add_fused_lm_head(fast, outputs=("log_probs", "entropy"))

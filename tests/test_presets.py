@@ -1,5 +1,6 @@
-"""Each experiment preset (config/experiment/) runs end to end on the embedded model, cut short:
-few steps, short completions, a small eval. Asserts what makes each preset that recipe."""
+"""Each experiment preset (config/experiment/) composes and trains a step or two on the tiny model,
+cut short: short completions, a small eval. Asserts what makes each preset that recipe. What each
+preset teaches the embedded model is measured by benchmarks/presets.py, not here."""
 import json
 
 import pytest
@@ -7,7 +8,7 @@ import pytest
 from tests.conftest import read_jsonl, run_train
 
 pytestmark = pytest.mark.slow
-SHORT = ["eval.size=4", "grpo.max_completion_length=16", "dataset.train_size=32", "grpo.save_strategy=no"]
+SHORT = ["model=tiny_random", "eval.size=4", "grpo.max_completion_length=16", "dataset.train_size=32", "grpo.save_strategy=no"]
 
 
 def _run(tmp_path, preset: str, *overrides: str):

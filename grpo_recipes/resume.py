@@ -1,0 +1,195 @@
+"""A run's directory is the user's data: what a command may do with an existing one.
+
+- `resume=false` (the default) starts a new run; a directory that already holds a run is refused,
+  with both ways out (a new run_name, or resume=true).
+- `resume=true` continues the run in outputs/<run_name> from its last checkpoint (from the start
+  when it stopped before its first one); with no run there it is refused.
+- `resume=auto` continues an unfinished run when there is one, and starts the run otherwise (for
+  sweeps and cluster requeues that re-issue the same command).
+
+A resume continues exactly what the run was: its own saved overrides (overrides.yaml, first entry)
+are composed again, so the command printed at a stop works as printed. Overrides given at resume
+may change only what does not change what is learned (MUTABLE: max_steps, eval sizes, logging,
+saving); they are recorded as a new entry of overrides.yaml, never over the first. A finished run
+(train_results.json) is never trained or rewritten: resuming it says so and changes nothing.
+
+Import-light: the command-line check (preflight.py) plans a run before Hydra creates anything.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from grpo_recipes.errors import ConfigError
+
+# Keys a resume may change (a key, or a prefix ending in '.'); everything else defines the run.
+MUTABLE = ("max_steps", "resume", "report_to", "output_dir", "eval.", "grpo.logging_", "grpo.save_",
+           "grpo.disable_tqdm", "grpo.log_completions", "grpo.num_completions_to_print", "sandbox.workers")
+IMMUTABLE = ("eval.seed",)  # the fixed eval set stays the same for the whole run
+RUN_FILES = ("config.yaml", "metrics.jsonl", "train_results.json")
+
+
+def is_mutable(key: str) -> bool:
+    if key in IMMUTABLE:
+        return False
+    return any(key == m or (m.endswith(".") and key.startswith(m)) for m in MUTABLE)
+
+
+def holds_run(run_dir: Path) -> bool:
+    return run_dir.is_dir() and (any((run_dir / f).exists() for f in RUN_FILES)
+                                 or any(run_dir.glob("checkpoint-*")))
+
+
+def is_finished(run_dir: Path) -> bool:
+    return (run_dir / "train_results.json").is_file()
+
+
+def finished_step(run_dir: Path) -> int | None:
+    import json
+
+    try:
+        return int(json.loads((run_dir / "train_results.json").read_text()).get("final_eval_step"))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """new: start a run | resume: continue the unfinished run | finished: nothing to do."""
+
+    action: str
+    run_dir: Path
+
+
+def plan_run(run_dir: Path, resume: bool | str, eval_only: bool = False) -> RunPlan:
+    """What the command does with its run directory; a ConfigError when it may not."""
+    exists = holds_run(run_dir)
+    if eval_only:
+        if exists:
+            raise ConfigError(f"output dir '{run_dir}' already holds a run: eval_only writes its results into a "
+                              f"new run_name=... (model={run_dir}/final evaluates that run's final model)")
+        return RunPlan("new", run_dir)
+    if not exists:
+        if resume is True:
+            raise ConfigError(f"resume=true: there is no run in '{run_dir}' to continue. Drop resume=true to start "
+                              "it, or resume=auto to start it only when it is not there yet")
+        return RunPlan("new", run_dir)
+    if resume is False:
+        raise ConfigError(f"output dir '{run_dir}' already holds a run: pass resume=true to continue it, or a new "
+                          "run_name=... to start another")
+    return RunPlan("finished" if is_finished(run_dir) else "resume", run_dir)
+
+
+def changed_keys(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """Dotted keys whose resolved values differ between two configs (leaves, and whole added/removed keys)."""
+    if isinstance(old, Mapping) and isinstance(new, Mapping):
+        keys = list(old) + [k for k in new if k not in old]
+        return [c for k in keys for c in changed_keys(old.get(k, _MISSING), new.get(k, _MISSING), f"{prefix}{k}.")]
+    return [] if old == new else [prefix.rstrip(".")]
+
+
+_MISSING = object()
+
+
+def check_changes(run_dir: Path, saved: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    """The keys a resume changes; a ConfigError naming those that would change what the run learns."""
+    changed = changed_keys(saved, now)
+    refused = [k for k in changed if not is_mutable(k)]
+    if refused:
+        shown = ", ".join(_change(saved, now, k) for k in refused[:6])
+        more = f" and {len(refused) - 6} more" if len(refused) > 6 else ""
+        raise ConfigError(
+            f"resume of '{run_dir}': {shown}{more} would change what the run learns; a resume continues the run as "
+            f"it was (its config.yaml). Only max_steps, eval.* (not eval.seed), logging and saving settings may "
+            f"change: start a new run_name=... for the rest")
+    return changed
+
+
+def _change(saved: Mapping[str, Any], now: Mapping[str, Any], dotted: str) -> str:
+    before, after = _value(saved, dotted), _value(now, dotted)
+    scalar = all(isinstance(v, (str, int, float, bool, type(None))) and len(str(v)) <= 40 for v in (before, after))
+    return f"{dotted} ({_show(before)} -> {_show(after)})" if scalar else dotted
+
+
+def _value(cfg: Mapping[str, Any], dotted: str) -> Any:
+    node: Any = cfg
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return _MISSING
+        node = node[part]
+    return node
+
+
+def _show(value: Any) -> str:
+    return "unset" if value is _MISSING else "null" if value is None else str(value)
+
+
+def check_finished(run_dir: Path, changed: list[str]) -> None:
+    """A finished run is never changed: resuming it with a change is refused."""
+    changes = [k for k in changed if k not in ("resume", "output_dir")]
+    if changes:
+        step = finished_step(run_dir)
+        raise ConfigError(
+            f"'{run_dir}' is a finished run (step {step}); a finished run is never trained or rewritten, so "
+            f"{', '.join(changes)} cannot change. Start a new run_name=... (model={run_dir}/final starts from its "
+            f"final weights)")
+
+
+def finished_message(run_dir: Path) -> str:
+    return (f"'{run_dir}' already finished at step {finished_step(run_dir)}: nothing to do, and nothing was "
+            f"changed. Its results: {run_dir}/report.md; a longer run: a new run_name=... with "
+            f"model={run_dir}/final")
+
+
+# overrides.yaml: a list of entries {overrides: [...], at: time, resume: bool}; the first entry is the
+# command that started the run. Files written before entries existed hold a plain list of overrides.
+def read_override_entries(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "overrides.yaml"
+    if not path.is_file():
+        return []
+    from omegaconf import OmegaConf
+
+    data = OmegaConf.to_container(OmegaConf.load(path))
+    if data and all(isinstance(x, str) for x in data):
+        return [{"overrides": list(data), "resume": False}]
+    return [dict(e) for e in data or [] if isinstance(e, dict)]
+
+
+def first_overrides(run_dir: Path) -> list[str]:
+    entries = read_override_entries(run_dir)
+    return list(entries[0]["overrides"]) if entries else []
+
+
+def merge_overrides(*lists: list[str]) -> list[str]:
+    """Later overrides replace earlier ones of the same key (or group); the rest keep their order."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    merged: dict[str, str] = {}
+    for overrides in lists:
+        for o in parser.parse_overrides(list(overrides)):
+            merged[o.key_or_group] = o.input_line
+    return list(merged.values())
+
+
+def saved_overrides(run_dir: Path) -> list[str] | None:
+    """The run's own overrides: every entry of overrides.yaml merged in order; None if it has none."""
+    entries = read_override_entries(run_dir)
+    return merge_overrides(*(e["overrides"] for e in entries)) if entries else None
+
+
+def record_overrides(run_dir: Path, overrides: list[str], resumed: bool) -> None:
+    """Append this command's overrides as a new entry (a resume records only what it adds or changes)."""
+    from omegaconf import OmegaConf
+
+    entries = read_override_entries(run_dir)
+    if resumed:
+        known = {o for e in entries for o in e["overrides"]}
+        overrides = [o for o in overrides if o not in known]
+    entries.append({"overrides": list(overrides), "at": time.strftime("%Y-%m-%dT%H:%M:%S"), "resume": resumed})
+    tmp = run_dir / ".overrides.yaml.tmp"
+    OmegaConf.save(OmegaConf.create(entries), tmp)
+    tmp.replace(run_dir / "overrides.yaml")

@@ -1,0 +1,80 @@
+"""The value check and the run-directory rules, in process (the command-line cases: test_mistakes.py)."""
+import json
+
+import pytest
+
+from grpo_recipes import resume
+from grpo_recipes.checks import SCHEMA, Value, check_values
+from grpo_recipes.errors import ConfigError
+from tests.test_config import composed
+
+
+@pytest.mark.parametrize("spec,good,bad", [
+    (SCHEMA["max_steps"], [1, 100], [0, -1, 1.5, 2.0, True, "10", None]),
+    (SCHEMA["learning_rate"], [1e-5, 1, 0.5], [0, -1e-5, "abc", True, None, float("nan")]),
+    (SCHEMA["eval.do_sample"], [True, False], ["maybe", 0, 1, "true", None]),
+    (SCHEMA["resume"], [True, False, "auto"], ["maybe", 1, 0, "true", None]),
+    (SCHEMA["eval.max_new_tokens"], [None, 1, 64], [0, 1.5, "64"]),
+    (SCHEMA["grpo.top_p"], [1.0, 0.5, 1], [0, 1.01, "x"]),
+    (SCHEMA["model.lora.dropout"], [0, 0.05, 0.99], [1, -0.1]),
+    (SCHEMA["eval.pass_k.k"], [[1, 4], []], [[1, 0], [1.5], "1,4", 4]),
+    (SCHEMA["model.lora.target_modules"], ["auto", ["q_proj", "v_proj"]], [["q_proj", 1], 3]),
+])
+def test_values_are_typed_exactly(spec: Value, good, bad):
+    assert all(spec.accepts(v) for v in good)
+    assert not any(spec.accepts(v) for v in bad)
+
+
+def test_the_defaults_and_every_preset_pass_the_check():
+    from pathlib import Path
+
+    for preset in [None] + sorted(p.stem for p in (Path(__file__).parents[1] / "config/experiment").glob("*.yaml")):
+        check_values(composed(*([f"experiment={preset}"] if preset else [])))
+
+
+def test_cross_field_batch_rule_counts_processes():
+    cfg = composed()  # 16 completions per device, groups of 8
+    cfg["grpo"]["per_device_train_batch_size"] = 4
+    with pytest.raises(ConfigError, match=r"\(4\) x processes \(1\) .* = 4 completions .* not divisible"):
+        check_values(cfg, world_size=1)
+    check_values(cfg, world_size=2)  # 4 x 2 processes = 8: one whole group
+
+
+def test_changed_keys_and_what_a_resume_may_change(tmp_path):
+    saved = {"max_steps": 40, "eval": {"size": 8, "seed": 1}, "dataset": {"tasks": {"a": {"weight": 1}}}}
+    now = {"max_steps": 80, "eval": {"size": 16, "seed": 1}, "dataset": {"tasks": {"a": {"weight": 1}}}}
+    assert resume.check_changes(tmp_path, saved, now) == ["max_steps", "eval.size"]
+    now["dataset"]["tasks"] = {"b": {"weight": 1}}
+    with pytest.raises(ConfigError, match="dataset.tasks.a, dataset.tasks.b would change what the run learns"):
+        resume.check_changes(tmp_path, saved, now)
+    with pytest.raises(ConfigError, match=r"eval.seed \(1 -> 2\)"):
+        resume.check_changes(tmp_path, saved, {**saved, "eval": {"size": 8, "seed": 2}})
+
+
+def test_plan_run_rules(tmp_path):
+    run = tmp_path / "run"
+    assert resume.plan_run(run, False).action == "new" and resume.plan_run(run, "auto").action == "new"
+    with pytest.raises(ConfigError, match="resume=true: there is no run"):
+        resume.plan_run(run, True)
+    run.mkdir()
+    assert resume.plan_run(run, False).action == "new"  # an empty directory holds no run
+    (run / "config.yaml").write_text("max_steps: 2\n")
+    with pytest.raises(ConfigError, match="already holds a run: pass resume=true to continue it, or a new run_name"):
+        resume.plan_run(run, False)
+    assert resume.plan_run(run, True).action == "resume" and resume.plan_run(run, "auto").action == "resume"
+    (run / "train_results.json").write_text(json.dumps({"final_eval_step": 2}))
+    assert resume.plan_run(run, True).action == "finished"
+    with pytest.raises(ConfigError, match="a finished run is never trained or rewritten, so max_steps"):
+        resume.check_finished(run, ["resume", "max_steps"])
+
+
+def test_overrides_yaml_keeps_the_first_entry_and_merges_later_ones(tmp_path):
+    resume.record_overrides(tmp_path, ["experiment=digits", "max_steps=20", "run_name=r"], resumed=False)
+    resume.record_overrides(tmp_path, ["experiment=digits", "max_steps=30", "run_name=r", "resume=true"], resumed=True)
+    entries = resume.read_override_entries(tmp_path)
+    assert entries[0]["overrides"] == ["experiment=digits", "max_steps=20", "run_name=r"] and not entries[0]["resume"]
+    assert entries[1]["overrides"] == ["max_steps=30", "resume=true"] and entries[1]["resume"]
+    assert resume.saved_overrides(tmp_path) == ["experiment=digits", "max_steps=30", "run_name=r", "resume=true"]
+    assert resume.first_overrides(tmp_path) == ["experiment=digits", "max_steps=20", "run_name=r"]
+    (tmp_path / "overrides.yaml").write_text("- a=1\n- b=2\n")  # written by an older version
+    assert resume.saved_overrides(tmp_path) == ["a=1", "b=2"]

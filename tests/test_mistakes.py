@@ -1,0 +1,191 @@
+"""A wrong value never reaches the trainer, and a resume never changes what a run was.
+
+Each mistake is run as a user would (train_grpo.py in a subprocess): exit code 2, one line naming
+the key, no traceback, nothing created. Then the run directory rules: a finished run's files stay
+byte-identical under every resume attempt, and a stopped run resumes as itself from the command
+it printed.
+"""
+import hashlib
+import json
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, read_jsonl, run_train
+
+TINY = ["model=tiny_random", "eval.size=4", "grpo.max_completion_length=8"]
+
+# (category, overrides, what the one line must say)
+CASES = [
+    ("type", ["learning_rate=abc"], "learning_rate=abc: expected a number > 0"),
+    ("type", ["grpo.num_generations=1.5"], "grpo.num_generations=1.5: expected an integer >= 2"),
+    ("type", ["eval.do_sample=maybe"], "eval.do_sample=maybe: expected true or false"),
+    ("type", ["seed=x"], "seed=x: expected an integer"),
+    ("type", ["dataset.rewards.accuracy.weight=abc"], "dataset.rewards.accuracy: expected {weight: <number>"),
+    ("range", ["learning_rate=-1"], "learning_rate=-1: expected a number > 0"),
+    ("range", ["max_steps=0"], "max_steps=0: expected an integer >= 1"),
+    ("range", ["grpo.beta=-0.1"], "grpo.beta=-0.1: expected a number >= 0"),
+    ("range", ["grpo.top_p=1.5"], "grpo.top_p=1.5: expected a number > 0 and <= 1"),
+    ("range", ["eval.size=0"], "eval.size=0: expected an integer >= 1"),
+    ("range", ["sandbox.timeout=0"], "sandbox.timeout=0: expected a number > 0"),
+    ("range", ["model.lora.dropout=1"], "model.lora.dropout=1: expected a number >= 0 and < 1"),
+    ("cross-field", ["eval.batch_size=0"], "eval.batch_size=0: expected an integer >= 1"),
+    ("cross-field", ["eval.every_n_steps=-1"], "eval.every_n_steps=-1: expected an integer >= 0"),
+    ("cross-field", ["grpo.per_device_train_batch_size=12"], "not divisible by grpo.num_generations (8)"),
+    ("cross-field", ["grpo.num_generations=3"], "= 16 completions per generation batch is not divisible"),
+    ("choice", ["resume=maybe"], "resume=maybe: expected one of: true, false, auto"),
+    ("choice", ["model.dtype=fp64"], "model.dtype=fp64: expected one of: auto, float32"),
+    ("choice", ["sandbox.isolation=none"], "sandbox.isolation=none: expected one of: full, basic"),
+    ("group option", ["grpo=nosuch"], "grpo=nosuch: no such option. Options: bnpo, cispo, dapo"),
+    ("group option", ["model=smollm2_13m"], "model=smollm2_13m: no such option. Did you mean: smollm2_135m?"),
+    ("group option", ["experiment=digit"], "experiment=digit: no such option. Did you mean: digits?"),
+    ("group option", ["logger=wand"], "logger=wand: no such option. Did you mean: wandb?"),
+    ("group option", ["dataset=arithmatic"], "dataset=arithmatic: no such option. Did you mean: arithmetic?"),
+    ("group option", ["hydra/launcher=slrum"], "hydra/launcher=slrum: no such option. Did you mean: slurm?"),
+    ("unknown key", ["max_step=3"], "max_step: unknown key. Did you mean: max_steps?"),
+    ("unknown key", ["eval.sizes=3"], "eval.sizes: unknown key. Did you mean: size?"),
+    ("unknown key", ["sandbox.workerz=2"], "sandbox.workerz: unknown key. Did you mean: workers?"),
+    ("sweep", ["-m", "seed=1,x"], "seed=x: expected an integer"),
+    ("sweep", ["-m", "learning_rate=1e-5,0"], "learning_rate=0: expected a number > 0"),
+    ("resume", ["resume=true", "run_name=never_ran"], "resume=true: there is no run in"),
+]
+
+
+def _files(root: Path) -> dict[str, str]:
+    """Every file under root with a hash of its bytes."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("category,overrides,message", CASES, ids=[" ".join(c[1]) for c in CASES])
+def test_a_mistake_is_one_line_exit_2_and_creates_nothing(tmp_path, category, overrides, message):
+    out = tmp_path / "outputs"  # does not exist: the command must not create it
+    proc = run_train(*TINY, f"output_root={out}", *overrides, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert message in lines[0]
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert list(tmp_path.iterdir()) == []  # no run dir, no output root, nothing in the working dir
+
+
+def test_the_check_imports_nothing_heavy(tmp_path):
+    """The value check runs before torch, TRL or reasoning-gym are imported: a mistake costs a second."""
+    proc = run_train(*TINY, f"output_root={tmp_path}", "learning_rate=abc", env={"PYTHONPROFILEIMPORTTIME": "1"})
+    assert proc.returncode == 2
+    imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert "hydra" in imported and not imported & {"torch", "trl", "transformers", "reasoning_gym"}
+
+
+def test_full_error_shows_the_traceback(tmp_path):
+    proc = run_train(*TINY, f"output_root={tmp_path}", "max_steps=0", env={"HYDRA_FULL_ERROR": "1"})
+    assert proc.returncode != 0 and "Traceback" in proc.stderr and "max_steps=0" in proc.stderr
+
+
+def test_readme_common_mistakes_are_what_the_commands_print(tmp_path):
+    """Each `$ python train_grpo.py ...` line of the README's "Common mistakes" gives the error shown below it."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Common mistakes", 1)[1].split("\n## ", 1)[0]
+    examples = re.findall(r"^\$ python train_grpo\.py (.+)\n(error: .+)$", section, re.MULTILINE)
+    assert len(examples) >= 6
+    for args, error in examples:
+        proc = run_train(*shlex.split(args), f"output_root={tmp_path / 'outputs'}", cwd=tmp_path)
+        assert proc.returncode == 2 and proc.stderr.strip() == error, (args, proc.stderr)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("finished")
+    proc = run_train(*TINY, f"output_root={root}", "dataset=sum_digits", "run_name=done", "max_steps=2",
+                     "grpo.save_steps=1")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return root
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args,code,message", [
+    ([], 2, "already holds a run: pass resume=true to continue it, or a new run_name=..."),
+    (["dataset=sum_digits", "max_steps=2"], 2, "already holds a run"),
+    (["resume=true"], 0, "already finished at step 2: nothing to do, and nothing was changed"),
+    (["resume=auto"], 0, "already finished at step 2"),
+    (["resume=true", "max_steps=5"], 2, "a finished run is never trained or rewritten, so max_steps cannot change"),
+    (["resume=true", "dataset=arithmetic"], 2, "dataset.name (sum_digits -> arithmetic)"),
+    (["resume=true", "learning_rate=1e-3"], 2, "learning_rate (1e-05 -> 0.001) would change what the run learns"),
+    (["resume=maybe"], 2, "resume=maybe: expected one of: true, false, auto"),
+])
+def test_a_finished_run_is_never_changed(finished_run, args, code, message):
+    before = _files(finished_run)
+    proc = run_train(f"output_root={finished_run}", "run_name=done", *args)
+    assert proc.returncode == code, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert message in proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert _files(finished_run) == before  # byte-identical, and no file added
+
+
+@pytest.mark.slow
+def test_a_stopped_run_resumes_as_itself_from_the_printed_command(tmp_path):
+    """A non-default run (sum_digits, its own reward and eval set) stopped by SIGTERM; the printed command,
+    run exactly as printed, continues that run: same task, rewards and eval problems, same config.yaml."""
+    args = [sys.executable, str(ROOT / "train_grpo.py"), *TINY, f"output_root={tmp_path}", "run_name=digits",
+            "experiment=digits", "max_steps=200", "eval.every_n_steps=0", "grpo.save_steps=5"]
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    run = tmp_path / "digits"
+    deadline = time.time() + 180
+    while time.time() < deadline and not list(run.glob("checkpoint-*")):
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 143, out[-2000:]
+    (printed,) = re.findall(r"Continue with: (python train_grpo\.py .+)$", out, re.MULTILINE)
+    assert "experiment" not in printed and "dataset" not in printed  # the run's own overrides are read back
+    config_before = (run / "config.yaml").read_text()
+    first_entry = (run / "overrides.yaml").read_text()
+    stopped_at = max(r["step"] for r in read_jsonl(run / "metrics.jsonl") if r["split"] == "train")
+
+    command = shlex.split(printed)[2:]  # as printed, after "python train_grpo.py"
+    resumed = run_train(*command, "max_steps=" + str(stopped_at + 3))  # a longer or shorter run is allowed
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    assert (run / "config.yaml").read_text() == config_before  # written once, when the run started
+    lines = read_jsonl(run / "metrics.jsonl")
+    train = [r for r in lines if r["split"] == "train" and "train/reward" in r]
+    assert [r["step"] for r in train] == list(range(1, stopped_at + 4))
+    for r in train:  # the digits recipe: sum_digits with the signed accuracy reward only
+        assert "train/accuracy/sum_digits" in r and "train/rewards/format/mean" not in r
+        assert r["train/rewards/accuracy/mean"] == pytest.approx(2 * r["train/accuracy/sum_digits"] - 1)
+    first = json.loads((run / "eval_results/eval_step_0.json").read_text())
+    final = json.loads((run / f"eval_results/eval_step_{stopped_at + 3}.json").read_text())
+    assert {e["task"] for e in final["examples"]} == {"sum_digits"}
+    assert [e["question"] for e in first["examples"]] == [e["question"] for e in final["examples"]]
+    entries = (run / "overrides.yaml").read_text()
+    assert entries.startswith(first_entry)  # the first entry is kept; the resume is a new one
+    assert f"max_steps={stopped_at + 3}" in entries.split(first_entry, 1)[1] and "resume: true" in entries
+
+
+# Fields whose rules are TRL's: the check builds GRPOConfig (importing TRL takes seconds) and turns its
+# error into the same one line; choices TRL checks only inside the trainer are in our table instead.
+TRL_CASES = [
+    (["grpo.shuffle_dataset=maybe"], "grpo.shuffle_dataset='maybe': expected bool | None (GRPOConfig's type)"),
+    (["grpo.log_completions_hub_repo=me/completions"],
+     "grpo.log_completions_hub_repo=me/completions: log_completions_hub_repo is set, but log_completions is False"),
+    (["grpo.lr_scheduler_type=nosuch"], "grpo.lr_scheduler_type=nosuch: nosuch is not a valid SchedulerType"),
+    (["grpo.generation_batch_size=24"], "must be divisible by the global batch size (16)"),
+    (["grpo.loss_type=nosuch"], "grpo.loss_type=nosuch: expected one of: grpo, bnpo, dr_grpo, dapo"),
+    (["grpo.max_prompt_length=64"], "grpo.max_prompt_length: not a GRPOConfig field of the installed TRL"),
+    (["grpo.max_steps=3"], "grpo.max_steps is a top-level knob here: set `max_steps=...`"),
+]
+
+
+@pytest.mark.parametrize("overrides,message", TRL_CASES, ids=[" ".join(c[0]) for c in TRL_CASES])
+def test_trl_rules_give_the_same_one_line(tmp_path, overrides, message):
+    proc = run_train(*TINY, f"output_root={tmp_path / 'outputs'}", *overrides, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], proc.stderr
+    assert list(tmp_path.iterdir()) == []
