@@ -82,7 +82,7 @@ def run_trainer(model, tokenizer, train, reward_funcs, kwargs, steps: int, timin
         trainer = GRPOTrainer(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train,
                               processing_class=tokenizer, callbacks=[StepClock()])
         if recipe:
-            print("fast paths:", ", ".join(fast_paths.apply(trainer)) or "none")
+            print("fast paths:", fast_paths.apply(trainer))
         if timings is not None:
             timings.wrap(trainer, "_generate", "generation")
             timings.wrap(trainer, "_calculate_rewards", "reward")
@@ -179,7 +179,8 @@ def main() -> None:
     args = parser.parse_args()
 
     from benchmarks.common import qwen25_05b_shaped_model
-    from grpo_recipes.config import build_grpo_kwargs, detect_hardware, resolve_activation_checkpointing
+    from grpo_recipes.config import build_grpo_kwargs
+    from grpo_recipes.hardware import detect_hardware, resolve_activation_checkpointing
     from rewards import RewardContext, build_rewards
 
     cfg, taskset, train, _, model, tokenizer = default_setup(eval_size=8)

@@ -156,7 +156,7 @@ SCHEMA: dict[str, Value] = {
     "grpo.loss_type": Choice("grpo", "bnpo", "dr_grpo", "dapo", "luspo", "cispo", "sapo", "vespo"),
     "grpo.scale_rewards": Choice("group", "batch", "none", True, False),
     "grpo.importance_sampling_level": Choice("token", "sequence"), "grpo.vllm_mode": Choice("server", "colocate"),
-    "grpo.mask_truncated_completions": BOOL, "grpo.vllm_gpu_memory_utilization": Float(above=0, high=1),
+    "grpo.mask_truncated_completions": BOOL, "grpo.fast_paths": Choice("auto", True, False), "grpo.vllm_gpu_memory_utilization": Float(above=0, high=1),
 }
 CLOSED_GROUPS = ("eval", "eval.pass_k", "model", "model.lora", "sandbox")
 

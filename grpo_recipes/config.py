@@ -1,100 +1,30 @@
-"""From the composed Hydra config (a plain dict) to GRPOConfig keyword arguments.
+"""From the composed Hydra config (a plain dict) to GRPOConfig keyword arguments, and TRL's own
+check of them.
 
 - The `grpo` group holds GRPOConfig fields; every field is reachable, an unknown key is an
-  error naming the key (field names change between TRL versions).
+  error naming the key (field names change between TRL versions). Recipe-only switches
+  (RECIPE_KEYS) are read by the recipe and never reach TRL.
 - Common knobs live at the top level (`max_steps=100`) and are copied in here.
-- Hardware is detected: GPU -> bf16 where supported; CPU -> use_cpu, with bf16 autocast where
-  the CPU computes bf16 natively (AMX / AVX-512-BF16: about 1.5-2x faster steps on the
-  embedded model, same eval numbers, see benchmarks/RESULTS.md), fp32 otherwise. Weights stay
-  fp32 either way. Activation checkpointing, unless set, is on only where memory needs it
-  (`resolve_activation_checkpointing`, once the model is loaded). A setting that cannot work on
-  this hardware is an error.
+- The hardware (hardware.py) decides precision: GPU -> bf16 where supported; CPU -> use_cpu, with
+  bf16 autocast where the CPU computes bf16 natively, fp32 otherwise. A setting that cannot work
+  on this hardware is an error.
 """
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import importlib.util
-import os
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from grpo_recipes.checks import check_batch
 from grpo_recipes.errors import ConfigError
+from grpo_recipes.hardware import Hardware, apply_hardware, detect_hardware
 
 # Top-level knobs that are GRPOConfig fields: `python train_grpo.py max_steps=100`.
 COMMON_KNOBS = ("max_steps", "learning_rate", "seed", "run_name", "output_dir", "report_to")
 SWITCHES = ("use_vllm",)
-
-
-@dataclass(frozen=True)
-class Hardware:
-    gpu: bool
-    bf16: bool  # the device that trains computes bf16 natively
-    world_size: int
-
-    @property
-    def name(self) -> str:
-        return "cuda" if self.gpu else "cpu"
-
-
-def cpu_has_native_bf16() -> bool:
-    """AMX or AVX-512-BF16 (Linux /proc/cpuinfo); elsewhere assume not."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return bool({"amx_bf16", "avx512_bf16"} & set(line.split(":", 1)[1].split()))
-    except OSError:
-        pass
-    return False
-
-
-def detect_hardware() -> Hardware:
-    import torch
-
-    gpu = torch.cuda.is_available()
-    bf16 = torch.cuda.is_bf16_supported() if gpu else cpu_has_native_bf16()
-    return Hardware(gpu=gpu, bf16=bf16, world_size=int(os.environ.get("WORLD_SIZE", "1")))
-
-
-def host_memory_bytes() -> int:
-    """This process's share of the host's RAM (or of the container's cgroup limit, if lower), split
-    between the training processes on this host."""
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    try:
-        limit = open("/sys/fs/cgroup/memory.max").read().strip()  # cgroup v2; "max" when unlimited
-        memory = min(memory, int(limit)) if limit.isdigit() else memory
-    except OSError:
-        pass
-    return memory // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-
-
-def device_memory_bytes(hw: Hardware) -> int:
-    """Memory one training process can count on: its GPU's, or its share of the host's for a CPU run."""
-    if hw.gpu:
-        import torch
-
-        return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
-    return host_memory_bytes()
-
-
-def resolve_activation_checkpointing(grpo: dict[str, Any], model, hw: Hardware, lora: bool,
-                                     memory_bytes: int | None = None) -> bool:
-    """`activation_checkpointing: null` -> on only where memory needs it: when the training state
-    (weights + gradients + two AdamW moments, in the weights' dtype; weights alone under LoRA) is
-    over a quarter of the device's memory, the rest being activations, the runtime and the OS.
-    The embedded model's state is 2.2 GB (fp32), so it checkpoints on a machine under 8.6 GB:
-    there it lowers the peak from 4.8 to 3.4 GB for ~15% more time (benchmarks/RESULTS.md, 6)."""
-    if grpo.get("activation_checkpointing") is None and grpo.get("gradient_checkpointing") is not None:
-        grpo["activation_checkpointing"] = grpo["gradient_checkpointing"]  # the older name, set explicitly
-    if grpo.get("activation_checkpointing") is None:
-        weights = sum(p.numel() * p.element_size() for p in model.parameters())
-        state = weights if lora else 4 * weights
-        memory = device_memory_bytes(hw) if memory_bytes is None else memory_bytes
-        grpo["activation_checkpointing"] = state > memory / 4
-    return bool(grpo["activation_checkpointing"])
+# Keys of the grpo group read by the recipe, not by TRL: auto | true | false (fast_paths.py).
+RECIPE_KEYS = ("fast_paths",)
 
 
 def grpo_field_names() -> set[str]:
@@ -104,7 +34,7 @@ def grpo_field_names() -> set[str]:
 
 
 def build_grpo_kwargs(cfg: dict[str, Any], hw: Hardware, reward_weights: list[float] | None = None) -> dict[str, Any]:
-    grpo = dict(cfg.get("grpo") or {})
+    grpo = {k: v for k, v in (cfg.get("grpo") or {}).items() if k not in RECIPE_KEYS}
     for knob in COMMON_KNOBS:
         if knob in grpo:
             raise ConfigError(f"grpo.{knob} is a top-level knob here: set `{knob}=...` instead of `grpo.{knob}=...`")
@@ -121,7 +51,7 @@ def build_grpo_kwargs(cfg: dict[str, Any], hw: Hardware, reward_weights: list[fl
     if isinstance(grpo.get("report_to"), str):
         grpo["report_to"] = [grpo["report_to"]]
 
-    _apply_hardware(grpo, hw)
+    apply_hardware(grpo, hw)
     check_batch(grpo, hw.world_size)
     if reward_weights is not None:
         if grpo.get("reward_weights") is not None:
@@ -130,35 +60,16 @@ def build_grpo_kwargs(cfg: dict[str, Any], hw: Hardware, reward_weights: list[fl
     return grpo
 
 
-def _apply_hardware(grpo: dict[str, Any], hw: Hardware) -> None:
-    if grpo.get("use_vllm"):
-        if not hw.gpu:
-            raise ConfigError("use_vllm=true needs a CUDA GPU and none was found; drop it to generate with transformers")
-        if importlib.util.find_spec("vllm") is None:
-            raise ConfigError("use_vllm=true but vllm is not installed: pip install -e '.[vllm]'")
-    if hw.gpu:
-        if grpo.get("bf16") is None:
-            grpo["bf16"] = hw.bf16 and not grpo.get("fp16")
-        if grpo.get("use_cpu"):
-            grpo["bf16"] = False
-    else:
-        if grpo.get("fp16"):
-            raise ConfigError("grpo.fp16=true needs a GPU; on a CPU-only machine leave it false "
-                              "(bf16 autocast is used where the CPU has native bf16, fp32 otherwise)")
-        grpo["use_cpu"] = True
-        if grpo.get("bf16") is None:
-            grpo["bf16"] = hw.bf16
-
-
 def check_trainer_config(cfg: dict[str, Any], hw: Hardware | None = None) -> None:
     """The GRPOConfig this config builds, checked as TRL would: the last stage of the config check."""
     rewards = [r for r in (cfg["dataset"].get("rewards") or {}).values() if r is not None]
-    check_grpo_config(build_grpo_kwargs(cfg, hw or detect_hardware(), reward_weights=[1.0] * len(rewards)))
+    grpo = build_grpo_kwargs(cfg, hw or detect_hardware(), reward_weights=[1.0] * len(rewards))
+    build_grpo_config({**grpo, "activation_checkpointing": bool(grpo.get("activation_checkpointing"))})
 
 
-def check_grpo_config(grpo: dict[str, Any]) -> None:
-    """Every grpo field against the type TRL declares for it, then TRL's own rules (GRPOConfig's
-    __post_init__), each failure as one ConfigError. Builds a throw-away GRPOConfig; nothing is kept."""
+def build_grpo_config(grpo: dict[str, Any]):
+    """GRPOConfig(**grpo), after checking every field against the type TRL declares for it; TRL's own
+    rules (its __post_init__) as one ConfigError naming the key."""
     import typing
 
     from trl import GRPOConfig
@@ -167,8 +78,10 @@ def check_grpo_config(grpo: dict[str, Any]) -> None:
     for key, value in grpo.items():
         if key in hints and not _matches(value, hints[key]):
             raise ConfigError(f"grpo.{key}={value!r}: expected {_type_name(hints[key])} (GRPOConfig's type)")
+    if grpo.get("activation_checkpointing") is None:  # TRL would read None as its own default, on
+        raise ValueError("activation_checkpointing must be resolved first (hardware.resolve_activation_checkpointing)")
     try:
-        GRPOConfig(**{**grpo, "activation_checkpointing": bool(grpo.get("activation_checkpointing"))})
+        return GRPOConfig(**grpo)
     except (ValueError, TypeError) as err:
         message = str(err).strip().splitlines()[0]
         # TRL's messages name a field or a value; name the key the user set whose value it quotes

@@ -15,10 +15,11 @@ import math
 import os
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from transformers import TrainerCallback, TrainerControl
+from transformers import TrainerCallback
 
 from rewards.code import CODE_RULES
 from rewards.extraction import RULES
@@ -204,53 +205,56 @@ class FixedEvaluator:
 
 
 class FixedEvalCallback(TrainerCallback):
-    """Runs the FixedEvaluator at step 0, every N steps and at the end. `attach(trainer)` before train()."""
+    """Runs the FixedEvaluator at step 0, every N steps and at the end of training.
 
-    def __init__(self, evaluator: FixedEvaluator, output_dir: str | Path, every_n_steps: int = 0):
+    It gets what it needs from its constructor (the accelerator, a function that sends `eval_` logs
+    to every tracker, when to skip the final eval) and the model from the callback arguments; it does
+    not hold the trainer."""
+
+    def __init__(self, evaluator: FixedEvaluator, output_dir: str | Path, every_n_steps: int, accelerator,
+                 send_logs: Callable[[dict[str, float], Any], None],
+                 skip_final_eval: Callable[[], bool] = lambda: False):
         self.evaluator = evaluator
         self.dir = Path(output_dir) / "eval_results"
         self.every = int(every_n_steps or 0)
-        self.trainer = None
+        self.accelerator = accelerator
+        self.send_logs = send_logs
+        self.skip_final_eval = skip_final_eval  # e.g. a stop on a signal: the resumed run evaluates instead
         self.history: dict[int, dict[str, float]] = {}
-        self.skip_final_eval = lambda: False  # e.g. a stop on a signal: the resumed run evaluates instead
 
-    def attach(self, trainer) -> FixedEvalCallback:
-        self.trainer = trainer
-        return self
-
-    def on_train_begin(self, args, state, control, **kwargs):
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
         # A resumed run keeps its earlier evals (read back for the summary) and runs none twice.
         for path in self.dir.glob("eval_step_*.json"):
             step = int(path.stem.rsplit("_", 1)[1])
             if step <= state.global_step:
                 self.history[step] = json.loads(path.read_text())["metrics"]
         if state.global_step == 0 and 0 not in self.history:
-            self.evaluate(0)
+            self.evaluate(model, state)
 
-    def on_step_end(self, args, state, control, **kwargs):
+    def on_step_end(self, args, state, control, model=None, **kwargs):
         # The last step is evaluated here, before the trackers' own on_train_end closes them.
         last = state.max_steps and state.global_step >= state.max_steps
         if (self.every and state.global_step % self.every == 0) or last:
-            self.evaluate(state.global_step)
+            self.evaluate(model, state)
 
-    def on_train_end(self, args, state, control, **kwargs):
+    def on_train_end(self, args, state, control, model=None, **kwargs):
         if state.global_step not in self.history and not self.skip_final_eval():  # stopped early
-            self.evaluate(state.global_step)
+            self.evaluate(model, state)
 
-    def evaluate(self, step: int) -> dict[str, float]:
+    def evaluate(self, model, state) -> dict[str, float]:
         from trl.models import unwrap_model_for_generation
 
-        trainer = self.trainer
-        was_training = trainer.model.training
-        trainer.model.eval()
+        # Under DeepSpeed the engine gathers ZeRO-3 shards for generation; elsewhere the model itself.
+        engine = getattr(self.accelerator, "deepspeed_engine_wrapped", None)
+        wrapped = engine.engine if engine is not None else model
+        was_training = model.training
+        model.eval()
         try:
-            with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
-                metrics, _ = self.evaluator.run(model, trainer.accelerator, step, self.dir)
+            with unwrap_model_for_generation(wrapped, self.accelerator) as unwrapped:
+                metrics, _ = self.evaluator.run(unwrapped, self.accelerator, state.global_step, self.dir)
         finally:
-            trainer.model.train(was_training)
-        self.history[step] = metrics
-        # `eval_` names: trackers and metrics.jsonl show them as eval/<name>. A fresh TrainerControl:
-        # CallbackHandler.on_log resets `should_log`, which would drop this step's train log line.
-        logs = {f"eval_{k}": v for k, v in metrics.items()}
-        trainer.callback_handler.on_log(trainer.args, trainer.state, TrainerControl(), logs)
+            model.train(was_training)
+        self.history[state.global_step] = metrics
+        # `eval_` names: trackers and metrics.jsonl show them as eval/<name>
+        self.send_logs({f"eval_{k}": v for k, v in metrics.items()}, state)
         return metrics

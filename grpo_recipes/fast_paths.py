@@ -3,17 +3,20 @@ benchmarks/RESULTS.md, targets 1 and 2). The numbers stay the same up to bf16 ro
 
 1. Generation under one autocast context. With fp32 weights and bf16 mixed precision, accelerate
    wraps each `forward` in autocast, and leaving autocast empties its cache of bf16 weight
-   copies: every decoding step cast all the weights again (the embedded model: 4.4 s -> 2.5 s for
-   16 x 32 tokens, identical tokens). An outer context keeps the copies for the whole `generate`.
+   copies: every decoding step cast all the weights again, with identical tokens. An outer
+   context keeps the copies for the whole `generate`.
 
 2. Completion log-probs from the model's own logits on devices without Triton (CPU). TRL scores
    completions with a chunked "fused LM head" that never materialises the logits; without Triton
    it projects every position, prompts included, and runs its backward in fp32 with elementwise
-   passes over [tokens, 32k] tiles: 3.8 s of a 10 s step here. A CPU micro-batch's completion
-   logits are small (16 x 32 tokens x 49k vocab = 100 MB in fp32), so they are computed for the
-   completion positions only (`logits_to_keep`), in the autocast dtype like any other layer, with
-   a log-softmax in fp32; micro-batches too large for the host's memory, and the cases `apply`
-  lists, keep TRL's head.
+   passes over [tokens, vocab] tiles. A CPU micro-batch's completion logits are small, so they are
+   computed for the completion positions only (`logits_to_keep`), in the autocast dtype like any
+   other layer, with a log-softmax in fp32; micro-batches too large for the host's memory, and the
+   cases `install` lists, keep TRL's head.
+
+Both stand in for TRL internals, so they are switched (`grpo.fast_paths`: auto | true | false):
+`auto` installs them only on the TRL versions they were written and tested against, and only while
+the internals they rely on (TRL_INTERFACE) look as they did then; otherwise the log says why not.
 """
 from __future__ import annotations
 
@@ -30,11 +33,56 @@ log = logging.getLogger(__name__)
 BYTES_PER_LOGIT = 18
 
 
+# TRL versions the fast paths were written and tested against, and the internals they rely on there.
+TESTED_TRL = ("1.16.0",)
+TRL_INTERFACE = {
+    "trl.trainer.utils.add_fused_lm_head": "model, temperature=1.0, cast_lm_head_to_fp32=False, outputs=('log_probs',)",
+    "add_fused_lm_head's patched forward": "self, *args, fused_lm_head, labels, shift_labels, num_items_in_batch, "
+                                           "**kwargs",
+    "trl.trainer.utils.FusedCausalLMOutput": "loss, log_probs, entropy, log_sum_sq_probs, mean_logits, is_top1, "
+                                             "label_mask, aux_loss",
+    "GRPOTrainer._get_per_token_logps_and_entropies calls": "model(**model_inputs, labels=labels, fused_lm_head=True)",
+}
+
+
+def trl_interface() -> dict[str, str]:
+    """The installed TRL's side of TRL_INTERFACE, spelled the same way."""
+    import dataclasses
+    import inspect
+
+    from trl import GRPOTrainer
+    from trl.trainer.utils import FusedCausalLMOutput, add_fused_lm_head
+
+    def params(signature: inspect.Signature) -> str:
+        return ", ".join(str(p.replace(annotation=inspect.Parameter.empty)) for p in signature.parameters.values())
+
+    inner = next((c for c in add_fused_lm_head.__code__.co_consts if getattr(c, "co_name", "") == "_fused_forward"),
+                 None)
+    if inner is not None:  # the parameters of the forward TRL patches in (a closure inside it)
+        keyword_only = inner.co_varnames[inner.co_argcount:inner.co_argcount + inner.co_kwonlyargcount]
+        forward = ", ".join(["self", "*args", *keyword_only, "**kwargs"])
+    else:
+        forward = "not found"
+    source = inspect.getsource(GRPOTrainer._get_per_token_logps_and_entropies)
+    call = "model(**model_inputs, labels=labels, fused_lm_head=True)"
+    return {
+        "trl.trainer.utils.add_fused_lm_head": params(inspect.signature(add_fused_lm_head)),
+        "add_fused_lm_head's patched forward": forward,
+        "trl.trainer.utils.FusedCausalLMOutput": ", ".join(f.name for f in dataclasses.fields(FusedCausalLMOutput)),
+        "GRPOTrainer._get_per_token_logps_and_entropies calls": call if call in source else "another call",
+    }
+
+
+def interface_changes() -> list[str]:
+    """The TRL internals that no longer look as the fast paths expect (empty: all as written for)."""
+    installed = trl_interface()
+    return [name for name, expected in TRL_INTERFACE.items() if installed.get(name) != expected]
+
+
 def direct_head_budget() -> int:
     """Completion logits a micro-batch may have for the direct head, within a sixteenth of the host's
-    memory (24 GiB: 89 M; 8 GB: 28 M, and the embedded model's micro-batch has 25 M); above it, TRL's
-    memory-lean head is kept."""
-    from grpo_recipes.config import host_memory_bytes
+    memory; above it, TRL's memory-lean head is kept."""
+    from grpo_recipes.hardware import host_memory_bytes
 
     return host_memory_bytes() // 16 // BYTES_PER_LOGIT
 
@@ -124,8 +172,24 @@ def _has_trl_head(forward) -> bool:
     return False
 
 
-def apply(trainer) -> list[str]:
-    """Install what fits this trainer's device and settings; returns what was installed (for the log)."""
+def apply(trainer, mode: bool | str = "auto") -> str:
+    """Install the fast paths per `grpo.fast_paths`; returns what was installed, or why none (for the log)."""
+    import trl
+
+    if mode is False:
+        return "off (grpo.fast_paths=false)"
+    if trl.__version__ not in TESTED_TRL or interface_changes():
+        why = (f"written for TRL {', '.join(TESTED_TRL)}, TRL {trl.__version__} is installed"
+               if trl.__version__ not in TESTED_TRL else
+               f"TRL's {', '.join(interface_changes())} changed")
+        if mode == "auto":
+            return f"off: {why} (grpo.fast_paths=true installs them anyway)"
+        log.warning("grpo.fast_paths=true: installing them although %s", why)
+    return ", ".join(install(trainer)) or "none for this device"
+
+
+def install(trainer) -> list[str]:
+    """Install what fits this trainer's device and settings; returns what was installed."""
     installed = []
     generate_with_cached_casts(trainer.model, trainer.accelerator)
     if trainer.accelerator.mixed_precision != "no":

@@ -1,5 +1,5 @@
-"""One training run: validate everything, then build data, rewards, model and GRPOTrainer, train,
-and write the outputs. Everything a user can get wrong is checked before anything is written.
+"""One job of train_grpo.py: check the config and the run directory, assemble the run (setup.py),
+then train (or evaluate) and write the outputs. Nothing is written before everything is checked.
 """
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import logging
 import os
 import sys
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,83 +16,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from grpo_recipes import resume
 from grpo_recipes.checks import check_config
-from grpo_recipes.config import check_trainer_config
 from grpo_recipes.errors import ConfigError
-from grpo_recipes.resume import RunPlan
+from grpo_recipes.setup import Setup, assemble
 
 log = logging.getLogger("grpo_recipes")
 
 
 def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
-
-
-@dataclass
-class Prepared:
-    """Everything a run needs, built and checked before anything is written."""
-
-    hw: Any
-    taskset: Any
-    train_dataset: Any
-    eval_rows: list
-    reward_funcs: list
-    grpo_kwargs: dict
-    checkpoint: Path | None
-    model: Any
-    tokenizer: Any
-    peft_config: Any = None
-    response_prefix: str = ""
-    resumed: bool = False
-
-
-def prepare(cfg: dict[str, Any], plan: RunPlan) -> Prepared:
-    from grpo_recipes.config import (
-        build_grpo_kwargs,
-        detect_hardware,
-        resolve_activation_checkpointing,
-    )
-    from grpo_recipes.data import build_datasets
-    from grpo_recipes.lora import lora_config
-    from grpo_recipes.models import check_model_path, load_model_and_tokenizer
-    from grpo_recipes.templates import response_prefix
-    from rewards import RewardContext, build_rewards
-    from tasks.code import is_code_task
-
-    hw = detect_hardware()
-    check_model_path(cfg["model"]["path"])
-    sandbox = configure_sandbox(cfg.get("sandbox"))
-    taskset, train_dataset, eval_rows = build_datasets(cfg["dataset"], cfg["eval"])
-    if any(is_code_task(name) for name in taskset.names):
-        log.info("code tasks run in the sandbox: %s", sandbox.layers())
-    ctx = RewardContext(scorer=taskset.score, prompt_format=cfg["dataset"]["prompt_format"],
-                        max_completion_length=cfg["grpo"].get("max_completion_length"), judge=taskset.judge)
-    reward_funcs, weights = build_rewards(cfg["dataset"]["rewards"], ctx)
-    grpo_kwargs = build_grpo_kwargs(cfg, hw, reward_weights=weights)
-    checkpoint = None
-    if plan.action == "resume":
-        from transformers.trainer_utils import get_last_checkpoint
-
-        found = get_last_checkpoint(str(plan.run_dir))
-        checkpoint = Path(found) if found else None
-    model, tokenizer = load_model_and_tokenizer(cfg["model"], on_gpu=hw.gpu, seed=cfg["seed"])
-    peft_config = lora_config(cfg["model"].get("lora"), model.config.model_type)
-    if resolve_activation_checkpointing(grpo_kwargs, model, hw, lora=peft_config is not None):
-        log.info("activation checkpointing on (grpo.activation_checkpointing=%s)",
-                 cfg["grpo"].get("activation_checkpointing"))
-    ctx.response_prefix = response_prefix(cfg["model"].get("response_prefix", "auto"), tokenizer)
-    if ctx.response_prefix:
-        log.info("the chat template pre-fills %r: rewards and eval read it + the completion", ctx.response_prefix)
-    return Prepared(hw, taskset, train_dataset, eval_rows, reward_funcs, grpo_kwargs, checkpoint, model, tokenizer,
-                    peft_config, ctx.response_prefix, resumed=plan.action == "resume")
-
-
-def configure_sandbox(settings: dict[str, Any] | None):
-    from rewards import sandbox
-
-    try:
-        return sandbox.configure(**(settings or {}))
-    except (TypeError, ValueError) as err:
-        raise ConfigError(str(err)) from None
 
 
 @contextlib.contextmanager
@@ -116,8 +46,7 @@ def train(cfg: DictConfig) -> float:
     run_dir = Path(container["output_dir"])
     main = is_main_process()
     with console(None):
-        check_config(container)  # again: a search's sampled values are known only here
-        check_trainer_config(container)
+        check_config(container)  # again: a search's sampled values are known only here (TRL's: in assemble)
         plan = resume.plan_run(run_dir, container["resume"], container["eval_only"])
         saved = _saved_config(run_dir) if plan.action != "new" else None
         changed = resume.check_changes(run_dir, saved, container) if saved is not None else []
@@ -125,7 +54,7 @@ def train(cfg: DictConfig) -> float:
             resume.check_finished(run_dir, changed)
             log.info(resume.finished_message(run_dir))
             return float(json.loads((run_dir / "train_results.json").read_text()).get("final_eval_accuracy", 0.0))
-        prepared = prepare(container, plan)
+        setup = assemble(container, plan)
     if main:
         run_dir.mkdir(parents=True, exist_ok=True)
     with console(run_dir if main else None):
@@ -135,8 +64,8 @@ def train(cfg: DictConfig) -> float:
             _record_overrides(run_dir, resumed=plan.action == "resume")
         try:
             if container.get("eval_only"):
-                return _eval_only(container, run_dir, prepared)
-            return _train(container, run_dir, prepared)
+                return _eval_only(container, run_dir, setup)
+            return _train(container, run_dir, setup)
         finally:
             _finish_trackers()
 
@@ -162,33 +91,35 @@ def _record_overrides(run_dir: Path, resumed: bool) -> None:
         resume.record_overrides(run_dir, list(HydraConfig.get().overrides.task), resumed)
 
 
-def make_evaluator(cfg: dict[str, Any], p: Prepared, max_completion_length: int):
+def make_evaluator(cfg: dict[str, Any], s: Setup):
     from grpo_recipes.evaluation import FixedEvaluator
 
     e = cfg["eval"]
     return FixedEvaluator(
-        p.eval_rows, p.taskset, p.tokenizer, cfg["dataset"]["prompt_format"],
-        max_new_tokens=e.get("max_new_tokens") or max_completion_length, batch_size=e["batch_size"],
+        s.eval_rows, s.taskset, s.tokenizer, cfg["dataset"]["prompt_format"],
+        max_new_tokens=e.get("max_new_tokens") or s.args.max_completion_length, batch_size=e["batch_size"],
         do_sample=e["do_sample"], temperature=e["temperature"], pass_k=e.get("pass_k"),
-        print_examples=e.get("print_examples", 0), response_prefix=p.response_prefix,
+        print_examples=e.get("print_examples", 0), response_prefix=s.response_prefix,
     )
 
 
-def _describe(cfg: dict[str, Any], run_dir: Path, p: Prepared) -> None:
-    n_params = sum(t.numel() for t in p.model.parameters()) / 1e6
+def _describe(cfg: dict[str, Any], run_dir: Path, s: Setup) -> None:
+    n_params = sum(t.numel() for t in s.model.parameters()) / 1e6
     log.info("Run dir %s | %s x%d | model %s (%.1f M parameters, %s) | tasks %s | %d train / %d eval problems",
-             run_dir, p.hw.name, p.hw.world_size, cfg["model"]["path"], n_params,
-             str(p.model.dtype).replace("torch.", ""), ", ".join(p.taskset.names), len(p.train_dataset),
-             len(p.eval_rows))
+             run_dir, s.hw.name, s.hw.world_size, cfg["model"]["path"], n_params,
+             str(s.model.dtype).replace("torch.", ""), ", ".join(s.taskset.names), len(s.train_dataset),
+             len(s.eval_rows))
 
 
 def model_step(model_path: str) -> int:
     """The training step a saved model was taken at (its trainer_state.json); 0 for a base model."""
+    from transformers import TrainerState
+
     state = Path(model_path).expanduser() / "trainer_state.json"
-    return int(json.loads(state.read_text())["global_step"]) if state.is_file() else 0
+    return TrainerState.load_from_json(str(state)).global_step if state.is_file() else 0
 
 
-def _eval_only(cfg: dict[str, Any], run_dir: Path, p: Prepared) -> float:
+def _eval_only(cfg: dict[str, Any], run_dir: Path, s: Setup) -> float:
     """The fixed evaluation alone, on a checkpoint or a base model: same problems, same JSON."""
     from accelerate import Accelerator
 
@@ -196,25 +127,25 @@ def _eval_only(cfg: dict[str, Any], run_dir: Path, p: Prepared) -> float:
     from grpo_recipes.outputs import append_metrics
     from grpo_recipes.report import write_report
 
-    _describe(cfg, run_dir, p)
+    _describe(cfg, run_dir, s)
     # The precision training would use (the Trainer wraps forward in bf16 autocast when bf16 is on),
     # so that eval_only on a checkpoint reproduces that run's eval exactly.
-    mixed = "bf16" if p.grpo_kwargs.get("bf16") else ("fp16" if p.grpo_kwargs.get("fp16") else "no")
-    accelerator = Accelerator(cpu=not p.hw.gpu, mixed_precision=mixed)
-    model = accelerator.prepare_model(p.model, evaluation_mode=True).eval()
+    mixed = "bf16" if s.args.bf16 else ("fp16" if s.args.fp16 else "no")
+    accelerator = Accelerator(cpu=not s.hw.gpu, mixed_precision=mixed)
+    model = accelerator.prepare_model(s.model, evaluation_mode=True).eval()
     generate_with_cached_casts(model, accelerator)
     step = model_step(cfg["model"]["path"])
-    evaluator = make_evaluator(cfg, p, p.grpo_kwargs.get("max_completion_length") or 256)
-    metrics, _ = evaluator.run(model, accelerator, step, run_dir / "eval_results")
+    metrics, _ = make_evaluator(cfg, s).run(model, accelerator, step, run_dir / "eval_results")
     if accelerator.is_main_process:
         append_metrics(run_dir / "metrics.jsonl", step, {f"eval_{k}": v for k, v in metrics.items()})
         write_report(run_dir)
     return float(metrics["accuracy"])
 
 
-def _train(cfg: dict[str, Any], run_dir: Path, p: Prepared) -> float:
+def _train(cfg: dict[str, Any], run_dir: Path, s: Setup) -> float:
+    from transformers import TrainerControl
     from transformers.trainer_callback import ProgressCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     from grpo_recipes import fast_paths
     from grpo_recipes.evaluation import FixedEvalCallback
@@ -222,39 +153,39 @@ def _train(cfg: dict[str, Any], run_dir: Path, p: Prepared) -> float:
     from grpo_recipes.report import write_report
     from grpo_recipes.stopping import GracefulStop, trim_metrics_after
 
-    _describe(cfg, run_dir, p)
-    if p.peft_config is not None:
-        log.info("LoRA r=%d alpha=%d on %s", p.peft_config.r, p.peft_config.lora_alpha,
-                 sorted(p.peft_config.target_modules) if not isinstance(p.peft_config.target_modules, str)
-                 else p.peft_config.target_modules)
-    # Unresolved, TRL would read None as its own default (on): prepare() decides it from memory.
-    assert p.grpo_kwargs.get("activation_checkpointing") is not None, "resolve_activation_checkpointing first"
-    args = GRPOConfig(**p.grpo_kwargs)
-    evaluator = make_evaluator(cfg, p, args.max_completion_length)
-    eval_callback = FixedEvalCallback(evaluator, run_dir, every_n_steps=cfg["eval"]["every_n_steps"])
-    trainer = GRPOTrainer(
-        model=p.model, reward_funcs=p.reward_funcs, args=args, train_dataset=p.train_dataset,
-        processing_class=p.tokenizer, peft_config=p.peft_config,
-        callbacks=[MetricsFileCallback(run_dir / "metrics.jsonl"), eval_callback],
-    )
-    eval_callback.attach(trainer)
-    log.info("Fast paths: %s", ", ".join(fast_paths.apply(trainer)) or "none for this device")
-    if not args.disable_tqdm:
-        trainer.remove_callback(ProgressCallback)
-        trainer.add_callback(ConciseProgressCallback)
+    _describe(cfg, run_dir, s)
+    if s.peft_config is not None:
+        log.info("LoRA r=%d alpha=%d on %s", s.peft_config.r, s.peft_config.lora_alpha,
+                 sorted(s.peft_config.target_modules) if not isinstance(s.peft_config.target_modules, str)
+                 else s.peft_config.target_modules)
+    callbacks = [MetricsFileCallback(run_dir / "metrics.jsonl")]
+    if not s.args.disable_tqdm:
+        callbacks.append(ConciseProgressCallback)
+    trainer = GRPOTrainer(model=s.model, reward_funcs=s.reward_funcs, args=s.args, train_dataset=s.train_dataset,
+                          processing_class=s.tokenizer, peft_config=s.peft_config, callbacks=callbacks)
+    if not s.args.disable_tqdm:
+        trainer.remove_callback(ProgressCallback)  # ConciseProgressCallback draws the bar
+    stop = GracefulStop()
+    eval_callback = FixedEvalCallback(
+        make_evaluator(cfg, s), run_dir, every_n_steps=cfg["eval"]["every_n_steps"], accelerator=trainer.accelerator,
+        # eval metrics go to every tracker through the trainer's callbacks; a fresh TrainerControl, since
+        # CallbackHandler.on_log resets `should_log`, which would drop this step's train log line
+        send_logs=lambda logs, state: trainer.callback_handler.on_log(trainer.args, state, TrainerControl(), logs),
+        skip_final_eval=lambda: stop.requested)  # a stop on a signal: the resumed run evaluates instead
+    trainer.add_callback(eval_callback)
+    trainer.add_callback(stop)
+    log.info("Fast paths: %s", fast_paths.apply(trainer, cfg["grpo"].get("fast_paths", "auto")))
     n_train = sum(t.numel() for t in trainer.model.parameters() if t.requires_grad)
     n_all = sum(t.numel() for t in trainer.model.parameters())
     log.info("Training %.2f M of %.2f M parameters (%.2f%%)", n_train / 1e6, n_all / 1e6, 100 * n_train / n_all)
-    if p.resumed:  # from the last checkpoint, or from the start when the run stopped before its first
-        step = int(p.checkpoint.name.split("-")[-1]) if p.checkpoint is not None else -1
+    if s.resumed:  # from the last checkpoint, or from the start when the run stopped before its first
+        step = int(s.checkpoint.name.split("-")[-1]) if s.checkpoint is not None else -1
         dropped = trim_metrics_after(run_dir / "metrics.jsonl", step) if trainer.is_world_process_zero() else 0
         log.info("Resuming from %s (%d metric lines after step %d dropped: they are logged again)",
-                 p.checkpoint or "the start: no checkpoint was saved", dropped, max(step, 0))
-    stop = GracefulStop().install()
-    trainer.add_callback(stop)
-    eval_callback.skip_final_eval = lambda: stop.requested
+                 s.checkpoint or "the start: no checkpoint was saved", dropped, max(step, 0))
+    stop.install()
     try:
-        result = trainer.train(resume_from_checkpoint=str(p.checkpoint) if p.checkpoint else None)
+        result = trainer.train(resume_from_checkpoint=str(s.checkpoint) if s.checkpoint else None)
     finally:
         stop.uninstall()
     if stop.requested:
@@ -266,10 +197,10 @@ def _train(cfg: dict[str, Any], run_dir: Path, p: Prepared) -> float:
 
     final = run_dir / "final"
     trainer.save_model(str(final))  # the adapter alone when LoRA is on
-    if p.peft_config is not None and cfg["model"]["lora"].get("merge_on_save") and trainer.is_world_process_zero():
+    if s.peft_config is not None and cfg["model"]["lora"].get("merge_on_save") and trainer.is_world_process_zero():
         merged = trainer.model.merge_and_unload()
         merged.save_pretrained(run_dir / "final-merged")
-        p.tokenizer.save_pretrained(run_dir / "final-merged")
+        s.tokenizer.save_pretrained(run_dir / "final-merged")
     history = eval_callback.history
     first, last = min(history), max(history)
     metrics = dict(result.metrics)

@@ -5,7 +5,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from grpo_recipes.cli import rewrite_argv
-from grpo_recipes.config import Hardware, build_grpo_kwargs
+from grpo_recipes.config import build_grpo_kwargs
+from grpo_recipes.hardware import Hardware
 from grpo_recipes.errors import ConfigError
 
 CONFIG = Path(__file__).resolve().parents[1] / "config"
@@ -20,11 +21,13 @@ def composed(*overrides: str) -> dict:
     return OmegaConf.to_container(cfg, resolve=True)
 
 
+# Unresolved on purpose: TRL then falls back to its deprecated `gradient_checkpointing` default (True).
+@pytest.mark.filterwarnings("ignore:`gradient_checkpointing` is deprecated:FutureWarning")
 def test_defaults_compose_into_a_valid_grpo_config():
     import torch
     from trl import GRPOConfig
 
-    from grpo_recipes.config import resolve_activation_checkpointing
+    from grpo_recipes.hardware import resolve_activation_checkpointing
 
     cfg = composed()
     assert cfg["model"]["path"] == "embedded:smollm2-135m-instruct"
@@ -96,7 +99,7 @@ def test_batch_counts_processes():
 def test_activation_checkpointing_only_where_memory_needs_it():
     import torch
 
-    from grpo_recipes.config import resolve_activation_checkpointing
+    from grpo_recipes.hardware import resolve_activation_checkpointing
 
     model = torch.nn.Linear(1000, 1000)  # 4 MB of fp32 weights: 16 MB of full fine-tuning state
     for memory, lora, expected in [(128 << 20, False, False), (32 << 20, False, True), (32 << 20, True, False)]:

@@ -93,7 +93,7 @@ def test_step_zero_eval_is_the_untrained_model(tiny_run, tiny):
     _, tokenizer = tiny
     import torch
 
-    from grpo_recipes.config import detect_hardware
+    from grpo_recipes.hardware import detect_hardware
 
     untrained = tiny_model(tokenizer, seed=container["seed"])
     ev = FixedEvaluator(rows, taskset, tokenizer, "answer_tag", max_new_tokens=8)

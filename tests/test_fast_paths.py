@@ -5,6 +5,7 @@ import inspect
 import pytest
 import torch
 
+from grpo_recipes import fast_paths
 from grpo_recipes.fast_paths import completion_logprob_head, generate_with_cached_casts
 from grpo_recipes.tiny import tiny_model, tiny_tokenizer
 
@@ -113,6 +114,7 @@ def grpo_trainer(tokenizer, tmp_path, **config):
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
+    config = {"activation_checkpointing": True, **config}  # TRL's GRPO default, by its current name
     args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=True, per_device_train_batch_size=4,
                       num_generations=2, max_completion_length=4, report_to="none", **config)
     data = Dataset.from_list([{"prompt": [{"role": "user", "content": "1+1?"}]}] * 4)
@@ -124,15 +126,40 @@ def grpo_trainer(tokenizer, tmp_path, **config):
 
 
 def test_apply_installs_what_fits_the_trainer(tokenizer, tmp_path):
-    from grpo_recipes import fast_paths
 
     trainer = grpo_trainer(tokenizer, tmp_path)
-    assert fast_paths.apply(trainer) == ["generation under one autocast context", "completion-only log-prob head"]
+    assert fast_paths.install(trainer) == ["generation under one autocast context", "completion-only log-prob head"]
     assert trainer.model.forward.__func__.__code__.co_filename == fast_paths.__file__  # our head over TRL's
     with_reference = grpo_trainer(tokenizer, tmp_path, beta=0.04)  # TRL keeps a reference model
-    assert "completion-only log-prob head" in fast_paths.apply(with_reference)
+    assert "completion-only log-prob head" in fast_paths.install(with_reference)
     assert with_reference.ref_model.forward.__func__.__code__.co_filename == fast_paths.__file__
-    assert fast_paths.apply(grpo_trainer(tokenizer, tmp_path, entropy_coef=0.01)) == [
+    assert fast_paths.install(grpo_trainer(tokenizer, tmp_path, entropy_coef=0.01)) == [
         "generation under one autocast context"]  # the entropy bonus needs TRL's head
     # A model TRL did not patch is left alone.
     assert fast_paths.completion_logprob_head(tiny_model(tokenizer), temperature=1.0) is False
+
+
+def test_trl_internals_are_those_the_fast_paths_were_written_for():
+    """Fails when a TRL upgrade changes what the fast paths stand in for: re-check them, then update
+    TESTED_TRL and TRL_INTERFACE (with `grpo.fast_paths: auto` they switch themselves off meanwhile)."""
+    import trl
+
+    assert trl.__version__ in fast_paths.TESTED_TRL
+    assert fast_paths.trl_interface() == fast_paths.TRL_INTERFACE
+
+
+def test_the_switch_and_the_version_guard(tokenizer, tmp_path, monkeypatch, caplog):
+    import trl
+
+    trainer = grpo_trainer(tokenizer, tmp_path)
+    assert fast_paths.apply(trainer, False) == "off (grpo.fast_paths=false)"
+    assert not getattr(trainer.model.generate, "_cached_casts", False)  # nothing installed
+    monkeypatch.setattr(trl, "__version__", "99.0.0")
+    assert fast_paths.apply(trainer, "auto") == ("off: written for TRL 1.16.0, TRL 99.0.0 is installed "
+                                                 "(grpo.fast_paths=true installs them anyway)")
+    assert not getattr(trainer.model.generate, "_cached_casts", False)
+    monkeypatch.setitem(fast_paths.TRL_INTERFACE, "trl.trainer.utils.add_fused_lm_head", "model")
+    monkeypatch.setattr(trl, "__version__", "1.16.0")
+    assert "TRL's trl.trainer.utils.add_fused_lm_head changed" in fast_paths.apply(trainer, "auto")
+    assert fast_paths.apply(trainer, True) == "generation under one autocast context, completion-only log-prob head"
+    assert "installing them although TRL's trl.trainer.utils.add_fused_lm_head changed" in caplog.text
