@@ -23,7 +23,7 @@ DTYPE_NAMES = ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
 class Value:
     """What one key accepts: a kind, an optional range or set of choices, and whether null is allowed."""
 
-    kind: str  # int | float | bool | str | list | dict | str_or_list | any
+    kind: str  # int | float | bool | str | name | path | list | dict | str_or_list | any
     low: float | None = None  # inclusive
     high: float | None = None  # inclusive
     above: float | None = None  # exclusive
@@ -34,9 +34,10 @@ class Value:
 
     def describe(self) -> str:
         if self.choices is not None:
-            text = "one of: " + ", ".join(_show(c) for c in self.choices)
+            text = "one of: " + ", ".join(show(c) for c in self.choices)
         else:
             text = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string",
+                    "name": "a non-empty name without '/' (a directory name)", "path": "a non-empty path",
                     "list": "a list", "dict": "a mapping", "str_or_list": "a string or a list of strings",
                     "any": "any value"}[self.kind]
             bounds = [f">= {_num(self.low)}" if self.low is not None else "",
@@ -66,12 +67,16 @@ class Value:
 def _is_kind(value: Any, kind: str) -> bool:
     if kind == "int":
         return isinstance(value, int) and not isinstance(value, bool)
-    if kind == "float":  # an integer is a number too (`learning_rate=1`); a bool and NaN are not
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
+    if kind == "float":  # an integer is a number too (`learning_rate=1`); a bool, NaN and inf are not
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if kind == "bool":
         return isinstance(value, bool)
     if kind == "str":
         return isinstance(value, str)
+    if kind == "path":
+        return isinstance(value, str) and bool(value.strip())
+    if kind == "name":
+        return isinstance(value, str) and value.strip() not in ("", ".", "..") and not {"/", "\\"} & set(value)
     if kind == "list":
         return isinstance(value, (list, tuple))
     if kind == "dict":
@@ -85,7 +90,8 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)
 
 
-def _show(value: Any) -> str:
+def show(value: Any) -> str:
+    """A value as the user would type it on the command line."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -116,7 +122,8 @@ PROB = Float(0, high=1)
 # every GRPOConfig field (checked against TRL's dataclass when it is built).
 SCHEMA: dict[str, Value] = {
     # top-level knobs
-    "max_steps": COUNT, "learning_rate": Float(above=0), "seed": Int(0), "run_name": STR, "output_root": STR,
+    "max_steps": COUNT, "learning_rate": Float(above=0), "seed": Int(0), "run_name": Value("name"),
+    "output_root": Value("path"),
     "output_dir": STR, "resume": Choice(True, False, "auto"), "use_vllm": BOOL, "eval_only": BOOL,
     "report_to": Value("str_or_list"),
     # eval
@@ -147,7 +154,7 @@ SCHEMA: dict[str, Value] = {
     "grpo.top_k": STEPS, "grpo.min_p": Float(0, high=1, optional=True), "grpo.repetition_penalty": Float(above=0),
     "grpo.beta": Float(0), "grpo.epsilon": Float(0), "grpo.epsilon_high": Float(0, optional=True),
     "grpo.delta": Float(above=0, optional=True), "grpo.max_grad_norm": Float(0), "grpo.weight_decay": Float(0),
-    "grpo.warmup_steps": Float(0), "grpo.warmup_ratio": PROB, "grpo.logging_steps": Float(above=0),
+    "grpo.warmup_steps": Float(0), "grpo.logging_steps": Float(above=0),
     "grpo.save_steps": Float(above=0), "grpo.save_total_limit": Int(1, optional=True),
     "grpo.activation_checkpointing": Value("bool", optional=True),
     "grpo.gradient_checkpointing": Value("bool", optional=True), "grpo.bf16": Value("bool", optional=True),
@@ -158,27 +165,36 @@ SCHEMA: dict[str, Value] = {
     "grpo.importance_sampling_level": Choice("token", "sequence"), "grpo.vllm_mode": Choice("server", "colocate"),
     "grpo.mask_truncated_completions": BOOL, "grpo.fast_paths": Choice("auto", True, False), "grpo.vllm_gpu_memory_utilization": Float(above=0, high=1),
 }
-CLOSED_GROUPS = ("eval", "eval.pass_k", "model", "model.lora", "sandbox")
+# Groups whose every key is in SCHEMA (and required); "" is the top level. grpo is open to TRL's fields.
+CLOSED_GROUPS = ("", "dataset", "eval", "eval.pass_k", "model", "model.lora", "sandbox")
+GROUPS = ("dataset", "eval", "grpo", "model", "sandbox")
 
 
 def check_values(cfg: Mapping[str, Any], world_size: int | None = None) -> None:
     """Raise ConfigError on the first key whose value is not accepted (cfg: the resolved config)."""
     for key, spec in SCHEMA.items():
         found, value = _lookup(cfg, key)
+        if not found and not key.startswith("grpo."):
+            raise ConfigError(f"{key}: missing; expected {spec.describe()}")
         if found and not spec.accepts(value):
-            raise ConfigError(f"{key}={_show(value)}: expected {spec.describe()}")
+            raise ConfigError(f"{key}={show(value)}: expected {spec.describe()}")
     for group in CLOSED_GROUPS:
-        found, section = _lookup(cfg, group)
+        found, section = _lookup(cfg, group) if group else (True, cfg)
         if found and isinstance(section, Mapping):
-            known = sorted({k[len(group) + 1:].split(".")[0] for k in SCHEMA if k.startswith(group + ".")})
+            prefix = f"{group}." if group else ""
+            known = {k[len(prefix):].split(".")[0] for k in SCHEMA if k.startswith(prefix)} | (
+                set() if group else set(GROUPS))
             for key in section:
                 if key not in known:
-                    raise ConfigError(unknown_key_message(f"{group}.{key}", known))
+                    raise ConfigError(unknown_key_message(f"{prefix}{key}", sorted(known)))
+    if (cfg.get("grpo") or {}).get("eval_strategy", "no") != "no":
+        raise ConfigError(f"grpo.eval_strategy={show(cfg['grpo']['eval_strategy'])}: the recipe runs its own fixed "
+                          "eval (eval.every_n_steps); TRL's eval loop stays off (no)")
     for name, spec in (cfg.get("dataset", {}).get("rewards") or {}).items():
         weight = spec.get("weight", 1.0) if isinstance(spec, Mapping) else None
         if spec is not None and not (isinstance(spec, Mapping) and Float().accepts(weight)):
             raise ConfigError(f"dataset.rewards.{name}: expected {{weight: <number>, ...options}} or null, "
-                              f"got {_show(spec)}")
+                              f"got {show(spec)}")
     check_batch(cfg.get("grpo") or {}, world_size or int(os.environ.get("WORLD_SIZE", "1")))
 
 

@@ -26,9 +26,10 @@ def rewrite_argv(argv: list[str], config_dir: Path) -> list[str]:
     for arg in (a for a in argv[1:] if a not in flags):
         match = re.fullmatch(r"model=(.+)", arg)
         value = match.group(1) if match else None
-        if value and value not in options and _names_a_model(value):
-            name = model_name_from_path(value)
-            out += ["model=custom", f"model.path={value}", f"model.name={name}"]
+        if value and value not in options and _names_models(value):
+            out += ["model=custom", f"model.path={value}"]
+            if "," not in value:
+                out.append(f"model.name={model_name_from_path(value)}")
         elif arg.startswith(OPEN_PREFIXES) and "=" in arg:
             out.append("++" + arg)
         else:
@@ -36,11 +37,12 @@ def rewrite_argv(argv: list[str], config_dir: Path) -> list[str]:
     return out
 
 
-def _names_a_model(value: str) -> bool:
-    """A local directory, or a hub id (org/name); a bare word is a model option (a typo gets the close ones)."""
-    if "," in value or value.startswith(("choice(", "range(", "glob(")):
+def _names_models(value: str) -> bool:
+    """Local directories or hub ids (org/name), one or a sweep of them (`a/b,c/d`); a bare word is a
+    model option (a typo gets the close ones)."""
+    if value.startswith(("choice(", "range(", "glob(")):
         return False
-    return "/" in value or Path(value).expanduser().exists()
+    return all("/" in v or Path(v).expanduser().exists() for v in value.split(","))
 
 
 def model_name_from_path(value: str) -> str:

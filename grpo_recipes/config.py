@@ -16,7 +16,7 @@ import difflib
 import re
 from typing import Any
 
-from grpo_recipes.checks import check_batch
+from grpo_recipes.checks import SCHEMA, check_batch, show
 from grpo_recipes.errors import ConfigError
 from grpo_recipes.hardware import Hardware, apply_hardware, detect_hardware
 
@@ -63,8 +63,18 @@ def build_grpo_kwargs(cfg: dict[str, Any], hw: Hardware, reward_weights: list[fl
 def check_trainer_config(cfg: dict[str, Any], hw: Hardware | None = None) -> None:
     """The GRPOConfig this config builds, checked as TRL would: the last stage of the config check."""
     rewards = [r for r in (cfg["dataset"].get("rewards") or {}).values() if r is not None]
-    grpo = build_grpo_kwargs(cfg, hw or detect_hardware(), reward_weights=[1.0] * len(rewards))
+    hw = hw or detect_hardware()
+    grpo = build_grpo_kwargs(cfg, hw, reward_weights=[1.0] * len(rewards))
     build_grpo_config({**grpo, "activation_checkpointing": bool(grpo.get("activation_checkpointing"))})
+    from transformers.integrations import get_reporting_integration_callbacks
+
+    from grpo_recipes.lora import quantization_config
+
+    try:
+        get_reporting_integration_callbacks([r for r in grpo["report_to"] if r not in ("none", "all")])
+    except ValueError as err:
+        raise ConfigError(f"report_to={show(cfg['report_to'])}: {str(err).strip()}") from None
+    quantization_config(cfg["model"].get("lora"), hw.gpu)  # QLoRA: a GPU and bitsandbytes
 
 
 def build_grpo_config(grpo: dict[str, Any]):
@@ -75,20 +85,23 @@ def build_grpo_config(grpo: dict[str, Any]):
     from trl import GRPOConfig
 
     hints = typing.get_type_hints(GRPOConfig)
-    for key, value in grpo.items():
-        if key in hints and not _matches(value, hints[key]):
-            raise ConfigError(f"grpo.{key}={value!r}: expected {_type_name(hints[key])} (GRPOConfig's type)")
+    for key, value in grpo.items():  # the keys in checks.SCHEMA are checked there, by the recipe's rules
+        if f"grpo.{key}" not in SCHEMA and key in hints and not _matches(value, hints[key]):
+            raise ConfigError(f"grpo.{key}={show(value)}: expected {_type_name(hints[key])} (GRPOConfig's type)")
     if grpo.get("activation_checkpointing") is None:  # TRL would read None as its own default, on
         raise ValueError("activation_checkpointing must be resolved first (hardware.resolve_activation_checkpointing)")
     try:
         return GRPOConfig(**grpo)
     except (ValueError, TypeError) as err:
-        message = str(err).strip().splitlines()[0]
-        # TRL's messages name a field or a value; name the key the user set whose value it quotes
-        named = [k for k, v in grpo.items() if isinstance(v, str) and len(v) > 1 and v in message]
-        named = named or [k for k in grpo if re.search(rf"\b{re.escape(k)}\b", message)]
-        where = f"grpo.{named[0]}={grpo[named[0]]}" if named else "grpo"
-        raise ConfigError(f"{where}: {message}") from None
+        raise ConfigError(name_the_key(str(err), grpo)) from None
+
+
+def name_the_key(message: str, grpo: dict[str, Any]) -> str:
+    """TRL's and transformers' messages name a field or quote a value: put the grpo key it is about in front."""
+    message = message.strip().splitlines()[0]
+    named = [k for k in grpo if re.search(rf"\b{re.escape(k)}\b", message)]
+    named = named or [k for k, v in grpo.items() if isinstance(v, str) and len(v) > 2 and v in message]
+    return f"{f'grpo.{named[0]}={show(grpo[named[0]])}' if named else 'grpo'}: {message}"
 
 
 def _matches(value: Any, tp: Any) -> bool:

@@ -4,7 +4,7 @@ The package ships a Q4_1 GGUF file. transformers reads it with `gguf_file=` and 
 float, but flags the result as quantized (Trainer refuses to fine-tune it and save_pretrained
 refuses to write it), so it is converted once: a plain model is built from the same config
 without `quantization_config`, given the dequantized weights, and saved with its tokenizer
-into a cache directory. Later loads read that directory (< 1 s). Conversion is atomic and
+into a cache directory. Later loads read that directory. Conversion is atomic and
 locked, so concurrent ranks or sweep jobs convert once.
 """
 from __future__ import annotations

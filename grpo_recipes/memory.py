@@ -3,8 +3,8 @@
 glibc keeps freed blocks below its (adaptive, up to 32 MB) mmap threshold in the heap for reuse.
 During generation the KV cache grows by concatenation and autocast caches a bf16 copy of every
 weight; freed at the end, they stay resident, fragmented, and the training forward that follows
-stacks its activations on top: about 0.7 GB on the embedded model (see
-benchmarks/RESULTS.md, target 6). `malloc_trim` after generation returns them for a few ms.
+stacks its activations on top (measured: benchmarks/RESULTS.md, target 6). `malloc_trim` after
+generation returns them to the OS.
 """
 from __future__ import annotations
 

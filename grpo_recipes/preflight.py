@@ -11,6 +11,8 @@ reuses.
 from __future__ import annotations
 
 import difflib
+import itertools
+import math
 import os
 import sys
 from dataclasses import dataclass, field
@@ -22,7 +24,8 @@ from grpo_recipes.errors import ConfigError
 
 # Hydra's own informational flags: they run no job, so nothing is checked.
 INFO_FLAGS = ("--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc",
-              "--version", "--resolve", "--package", "-p", "--config-path", "-cp", "--experimental-rerun")
+              "--version", "--resolve", "--package", "-p", "--experimental-rerun")
+MAX_JOBS_PLANNED = 512  # a bigger sweep is checked one swept value at a time
 
 
 @dataclass
@@ -31,6 +34,7 @@ class CommandLine:
     overrides: list[str] = field(default_factory=list)
     config_name: str = "train"
     search_dirs: list[str] = field(default_factory=list)
+    config_path: str | None = None  # --config-path: the primary config directory instead of config/
     multirun: bool = False
 
 
@@ -44,11 +48,13 @@ def parse(argv: list[str]) -> CommandLine | None:
         if arg in ("-m", "--multirun"):
             line.multirun = True
             line.flags.append(arg)
-        elif name in ("--config-dir", "-cd", "--config-name", "-cn"):
+        elif name in ("--config-dir", "-cd", "--config-name", "-cn", "--config-path", "-cp"):
             value = inline if eq else next(args, "")
             line.flags += [name, value]
             if name in ("--config-dir", "-cd"):
                 line.search_dirs.append(str(Path(value).expanduser().resolve()))
+            elif name in ("--config-path", "-cp"):
+                line.config_path = value
             else:
                 line.config_name = value
         elif arg.startswith("-"):
@@ -58,31 +64,38 @@ def parse(argv: list[str]) -> CommandLine | None:
     return line
 
 
-def job_variants(overrides: list[str]) -> list[list[str]]:
-    """The jobs to check: every value of each swept key once, the other keys at their first value.
-    Ranges a search samples from (interval(...)) are checked inside each job instead."""
+def expand(line: CommandLine) -> tuple[list[list[str]], bool]:
+    """The jobs of the command in Hydra's order (a sweep: the product of the swept values, as the basic
+    sweeper numbers them), and whether their directories can be planned here. A sweep that is too big,
+    or ranges a search samples from (interval(...)), are checked one value at a time; the values a
+    search picks are checked inside each job."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import OverrideParseException
 
     try:
-        parsed = OverridesParser.create().parse_overrides(overrides)
+        parsed = OverridesParser.create().parse_overrides(line.overrides)
     except OverrideParseException as err:
         raise ConfigError(f"{_first_line(err)} (overrides are key=value; quote values with spaces)") from None
-    fixed, swept = [], []
+    lists, plannable = [], True
     for o in parsed:
         if not o.is_sweep_override():
-            fixed.append(o.input_line)
+            lists.append([o.input_line])
+        elif not line.multirun:
+            raise ConfigError(f"{o.input_line}: several values are a sweep; add -m to run one job per value")
         elif o.is_discrete_sweep():
-            swept.append([f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()])
-    first = [values[0] for values in swept]
-    jobs = [fixed + first]
-    for i, values in enumerate(swept):
-        jobs += [fixed + first[:i] + [v] + first[i + 1:] for v in values[1:]]
-    return jobs
+            lists.append([f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()])
+        else:
+            plannable = False
+    if math.prod(len(values) for values in lists) <= MAX_JOBS_PLANNED:
+        return [list(job) for job in itertools.product(*lists)], plannable
+    first = [values[0] for values in lists]
+    return [first[:i] + [v] + first[i + 1:] for i, values in enumerate(lists) for v in values], False
 
 
-def compose(config_dir: Path, line: CommandLine, overrides: list[str]) -> tuple[dict[str, Any], Path]:
-    """The resolved config of one job, and its run directory; Hydra's errors as one line."""
+def compose(config_dir: Path, line: CommandLine, overrides: list[str], job_num: int | None = None,
+            hydra_cfg: dict | None = None) -> tuple[dict[str, Any], Path]:
+    """The resolved config of one job, and its run directory (`job_num`: a sweep's job); Hydra's errors
+    as one line. `hydra_cfg` receives the job's launcher and sweeper targets."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.errors import ConfigCompositionException, MissingConfigException
@@ -90,8 +103,11 @@ def compose(config_dir: Path, line: CommandLine, overrides: list[str]) -> tuple[
     from omegaconf.errors import OmegaConfBaseException
 
     search = [f"hydra.searchpath=[{','.join('file://' + d for d in line.search_dirs)}]"] if line.search_dirs else []
+    search += [f"hydra.job.num={job_num}"] if job_num is not None else []
+    if line.config_path is not None:
+        config_dir = config_dir.parent / line.config_path  # relative to train_grpo.py, as Hydra reads it
     error = None
-    with initialize_config_dir(version_base="1.3", config_dir=str(config_dir), job_name="train_grpo"):
+    with initialize_config_dir(version_base="1.3", config_dir=str(config_dir.resolve()), job_name="train_grpo"):
         try:
             cfg = hydra_compose(line.config_name, overrides=overrides + search, return_hydra_config=True)
         except MissingConfigException as err:
@@ -101,7 +117,13 @@ def compose(config_dir: Path, line: CommandLine, overrides: list[str]) -> tuple[
     if error is not None:  # outside the block: naming an unknown key composes the config again
         raise ConfigError(_composition_error(error, config_dir, line, overrides))
     try:
-        run_dir = Path(OmegaConf.select(cfg, "hydra.run.dir"))
+        if job_num is None:
+            run_dir = Path(OmegaConf.select(cfg, "hydra.run.dir"))
+        else:
+            run_dir = Path(OmegaConf.select(cfg, "hydra.sweep.dir")) / str(OmegaConf.select(cfg, "hydra.sweep.subdir"))
+        if hydra_cfg is not None:
+            hydra_cfg.update(launcher=OmegaConf.select(cfg, "hydra.launcher._target_"),
+                             sweeper=OmegaConf.select(cfg, "hydra.sweeper._target_"))
         with open_dict(cfg):
             cfg.output_dir = str(run_dir)  # ${hydra:runtime.output_dir} exists only inside the job
             del cfg["hydra"]
@@ -117,7 +139,8 @@ def _missing_option(err) -> str:
     group, value = missing.rsplit("/", 1)
     close = difflib.get_close_matches(value, err.options, n=3, cutoff=0.5)
     hint = f" Did you mean: {', '.join(close)}?" if close else ""
-    extra = " (or model=<hub id or local dir>: a hub id is org/name)" if group == "model" else ""
+    extra = (" (a model of your own: model=<org/name> or model=<local dir>, or model=custom model.path=<it>)"
+             if group == "model" else "")
     return f"{group}={value}: no such option.{hint} Options: {', '.join(sorted(err.options))}{extra}"
 
 
@@ -136,9 +159,11 @@ def _composition_error(err, config_dir: Path, line: CommandLine, overrides: list
         cfg, _ = compose(config_dir, line, rest)
     except ConfigError:
         return _first_line(err)
-    parent = OmegaConf.select(OmegaConf.create(cfg), key.rpartition(".")[0]) if "." in key else cfg
-    if not hasattr(parent, "keys"):
-        return _first_line(err)
+    root = OmegaConf.create(cfg)
+    parent = OmegaConf.select(root, key.rpartition(".")[0]) if "." in key else root
+    if not hasattr(parent, "keys"):  # the unknown part is higher up (`evall.size`): name that
+        head = key.split(".")[0]
+        return unknown_key_message(head, sorted(root.keys())) if head not in root else _first_line(err)
     return unknown_key_message(key, sorted(parent.keys()))
 
 
@@ -153,35 +178,56 @@ def check(argv: list[str], config_dir: Path) -> list[str]:
     line = parse(argv)
     if line is None:
         return argv
-    jobs = [compose(config_dir, line, job) for job in job_variants(line.overrides)]
+    if any(o.split("=", 1)[0].lstrip("+") == "output_dir" for o in line.overrides):
+        raise ConfigError("output_dir is the run directory Hydra makes: set output_root=... and run_name=... "
+                          "(or hydra.run.dir=...) instead")
+    job_overrides, plannable = expand(line)
+    hydra_cfg: dict[str, Any] = {}
+    jobs = [compose(config_dir, line, job, i if line.multirun else None, hydra_cfg)
+            for i, job in enumerate(job_overrides)]
     for cfg, _ in jobs:  # every value first: a typo in a sweep's last job costs no import
         check_values(cfg)
+    plannable = plannable and (not line.multirun or hydra_cfg.get("sweeper", "").endswith("BasicSweeper"))
+    main = int(os.environ.get("RANK", "0")) == 0
+    plans = [resume.plan_run(run_dir, cfg["resume"], cfg["eval_only"], main) for cfg, run_dir in jobs] \
+        if plannable else []
+    if not line.multirun and plans[0].action != "new":  # a resume: the run's own overrides, checked again
+        argv, jobs = _resume(argv, config_dir, line, jobs[0][1], plans[0])
+    elif plans and all(p.action == "finished" for p in plans):
+        for (cfg, run_dir), plan in zip(jobs, plans):
+            resume.check_finished(run_dir, cfg["max_steps"])
+        print(f"every job of this sweep already finished: nothing to do, and nothing was changed "
+              f"({', '.join(str(p.run_dir) for p in plans)})")
+        sys.exit(0)
     for cfg, _ in jobs:
         check_config(cfg)
-    from grpo_recipes.config import (
-        check_trainer_config,  # TRL: seconds to import, and the job needs it anyway
-    )
+    # TRL's rules need the hardware that runs the jobs: this one, unless a launcher sends them elsewhere
+    if not line.multirun or hydra_cfg.get("launcher", "").endswith("BasicLauncher"):
+        from grpo_recipes.config import (
+            check_trainer_config,  # TRL: seconds to import; the job needs it anyway
+        )
 
-    for cfg, _ in jobs:
-        check_trainer_config(cfg)
-    if line.multirun:
-        return argv  # each job plans its own directory (run.py)
-    cfg, run_dir = jobs[0]
-    plan = resume.plan_run(run_dir, cfg["resume"], cfg["eval_only"])
-    if plan.action == "new":
-        return argv
+        for cfg, _ in jobs:
+            check_trainer_config(cfg)
+    return argv
+
+
+def _resume(argv: list[str], config_dir: Path, line: CommandLine, run_dir: Path, plan) -> tuple[list, list]:
+    """The resumed run's own overrides with this command's on top: refused if they change what it learns."""
+    from grpo_recipes import resume
+
     saved = resume.saved_overrides(run_dir)
     overrides = resume.merge_overrides(saved, line.overrides) if saved is not None else line.overrides
     now, _ = compose(config_dir, line, overrides)
-    check_config(now)
-    check_trainer_config(now)
-    before = compose(config_dir, line, saved)[0] if saved is not None else None
-    resume.check_changes(run_dir, _read_config(run_dir) or before or now, now)
+    check_values(now)
     if plan.action == "finished":
-        resume.check_finished(run_dir, resume.changed_keys(before or _read_config(run_dir) or now, now))
+        resume.check_finished(run_dir, now["max_steps"])
         print(resume.finished_message(run_dir))
         sys.exit(0)
-    return argv[:1] + line.flags + overrides
+    before = _read_config(run_dir) or (compose(config_dir, line, saved)[0] if saved is not None else now)
+    resume.check_changes(run_dir, before, now)
+    resume.check_resume_point(run_dir, now["max_steps"])
+    return argv[:1] + line.flags + overrides, [(now, run_dir)]
 
 
 def _read_config(run_dir: Path) -> dict[str, Any] | None:

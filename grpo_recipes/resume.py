@@ -26,9 +26,12 @@ from typing import Any
 from grpo_recipes.errors import ConfigError
 
 # Keys a resume may change (a key, or a prefix ending in '.'); everything else defines the run.
-MUTABLE = ("max_steps", "resume", "report_to", "output_dir", "eval.", "grpo.logging_", "grpo.save_",
-           "grpo.disable_tqdm", "grpo.log_completions", "grpo.num_completions_to_print", "sandbox.workers")
+MUTABLE = ("max_steps", "resume", "report_to", "eval.", "grpo.logging_", "grpo.save_", "grpo.disable_tqdm",
+           "grpo.log_completions", "grpo.num_completions_to_print", "sandbox.workers", "grpo.fast_paths",
+           "grpo.activation_checkpointing", "grpo.gradient_checkpointing", "model.attn_implementation")
 IMMUTABLE = ("eval.seed",)  # the fixed eval set stays the same for the whole run
+# Where the run lives: the plan has already found the directory, however it was spelled.
+IDENTITY = ("output_dir", "output_root", "run_name")
 RUN_FILES = ("config.yaml", "metrics.jsonl", "train_results.json")
 
 
@@ -64,29 +67,50 @@ class RunPlan:
     run_dir: Path
 
 
-def plan_run(run_dir: Path, resume: bool | str, eval_only: bool = False) -> RunPlan:
-    """What the command does with its run directory; a ConfigError when it may not."""
+def plan_run(run_dir: Path, resume: bool | str, eval_only: bool = False, main: bool = True) -> RunPlan:
+    """What the command does with its run directory; a ConfigError when it may not.
+
+    `main`: rank 0. The other ranks of a launch never refuse a directory that holds a run, since
+    rank 0 may already have started writing this very run into it; they follow rank 0's decision."""
     exists = holds_run(run_dir)
     if eval_only:
-        if exists:
+        if exists and main:
             raise ConfigError(f"output dir '{run_dir}' already holds a run: eval_only writes its results into a "
                               f"new run_name=... (model={run_dir}/final evaluates that run's final model)")
         return RunPlan("new", run_dir)
     if not exists:
-        if resume is True:
+        if resume is True and main:
             raise ConfigError(f"resume=true: there is no run in '{run_dir}' to continue. Drop resume=true to start "
                               "it, or resume=auto to start it only when it is not there yet")
         return RunPlan("new", run_dir)
     if resume is False:
+        if not main:
+            return RunPlan("new", run_dir)
         raise ConfigError(f"output dir '{run_dir}' already holds a run: pass resume=true to continue it, or a new "
                           "run_name=... to start another")
     return RunPlan("finished" if is_finished(run_dir) else "resume", run_dir)
 
 
+def last_checkpoint_step(run_dir: Path) -> int | None:
+    """The step of the newest checkpoint-<N> directory (transformers' naming), without importing it."""
+    steps = [int(p.name.split("-")[1]) for p in run_dir.glob("checkpoint-*")
+             if p.is_dir() and p.name.split("-")[1].isdigit()]
+    return max(steps) if steps else None
+
+
+def check_resume_point(run_dir: Path, max_steps: int) -> None:
+    """A resume continues from the last checkpoint: it must still have steps to train."""
+    step = last_checkpoint_step(run_dir)
+    if step is not None and step >= max_steps:
+        raise ConfigError(f"max_steps={max_steps}: '{run_dir}' continues from checkpoint-{step}, so max_steps must be "
+                          f"above {step}; nothing was trained or changed")
+
+
 def changed_keys(old: Any, new: Any, prefix: str = "") -> list[str]:
-    """Dotted keys whose resolved values differ between two configs (leaves, and whole added/removed keys)."""
+    """Dotted keys whose resolved values differ between two configs (leaves, and whole added/removed keys);
+    the keys that only say where the run lives (IDENTITY) are not compared."""
     if isinstance(old, Mapping) and isinstance(new, Mapping):
-        keys = list(old) + [k for k in new if k not in old]
+        keys = [k for k in list(old) + [k for k in new if k not in old] if prefix or k not in IDENTITY]
         return [c for k in keys for c in changed_keys(old.get(k, _MISSING), new.get(k, _MISSING), f"{prefix}{k}.")]
     return [] if old == new else [prefix.rstrip(".")]
 
@@ -127,15 +151,13 @@ def _show(value: Any) -> str:
     return "unset" if value is _MISSING else "null" if value is None else str(value)
 
 
-def check_finished(run_dir: Path, changed: list[str]) -> None:
-    """A finished run is never changed: resuming it with a change is refused."""
-    changes = [k for k in changed if k not in ("resume", "output_dir")]
-    if changes:
-        step = finished_step(run_dir)
+def check_finished(run_dir: Path, max_steps: int) -> None:
+    """A finished run is never changed: asking it for another step count is refused."""
+    step = finished_step(run_dir)
+    if step is not None and max_steps != step:
         raise ConfigError(
-            f"'{run_dir}' is a finished run (step {step}); a finished run is never trained or rewritten, so "
-            f"{', '.join(changes)} cannot change. Start a new run_name=... (model={run_dir}/final starts from its "
-            f"final weights)")
+            f"max_steps={max_steps}: '{run_dir}' is a finished run (step {step}); a finished run is never trained or "
+            f"rewritten. Start a new run_name=... (model={run_dir}/final starts from its final weights)")
 
 
 def finished_message(run_dir: Path) -> str:
@@ -186,9 +208,9 @@ def record_overrides(run_dir: Path, overrides: list[str], resumed: bool) -> None
     from omegaconf import OmegaConf
 
     entries = read_override_entries(run_dir)
-    if resumed:
-        known = {o for e in entries for o in e["overrides"]}
-        overrides = [o for o in overrides if o not in known]
+    if resumed and entries:
+        current = set(merge_overrides(*(e["overrides"] for e in entries)))
+        overrides = [o for o in overrides if o not in current]
     entries.append({"overrides": list(overrides), "at": time.strftime("%Y-%m-%dT%H:%M:%S"), "resume": resumed})
     tmp = run_dir / ".overrides.yaml.tmp"
     OmegaConf.save(OmegaConf.create(entries), tmp)

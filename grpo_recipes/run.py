@@ -9,6 +9,7 @@ import logging
 import os
 import sys
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,25 +48,30 @@ def train(cfg: DictConfig) -> float:
     main = is_main_process()
     with console(None):
         check_config(container)  # again: a search's sampled values are known only here (TRL's: in assemble)
-        plan = resume.plan_run(run_dir, container["resume"], container["eval_only"])
-        saved = _saved_config(run_dir) if plan.action != "new" else None
-        changed = resume.check_changes(run_dir, saved, container) if saved is not None else []
-        if plan.action == "finished":
-            resume.check_finished(run_dir, changed)
+        plan = resume.plan_run(run_dir, container["resume"], container["eval_only"], main)
+        if plan.action == "finished":  # a sweep job (a single run stops before Hydra: preflight.py)
+            resume.check_finished(run_dir, container["max_steps"])
             log.info(resume.finished_message(run_dir))
             return float(json.loads((run_dir / "train_results.json").read_text()).get("final_eval_accuracy", 0.0))
+        if plan.action == "resume" and main:
+            saved = _saved_config(run_dir)
+            if saved is not None:
+                resume.check_changes(run_dir, saved, container)
+            resume.check_resume_point(run_dir, container["max_steps"])
         setup = assemble(container, plan)
+        trainer = None if container["eval_only"] else build_trainer(container, run_dir, setup)
+    # Only now, with everything built, is anything written: a mistake found above leaves no trace.
     if main:
         run_dir.mkdir(parents=True, exist_ok=True)
     with console(run_dir if main else None):
         if main:
-            if saved is None:  # written once, when the run starts: the record of what the run is
+            if not (run_dir / "config.yaml").exists():  # written once, when the run starts: what the run is
                 OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
             _record_overrides(run_dir, resumed=plan.action == "resume")
         try:
-            if container.get("eval_only"):
+            if trainer is None:
                 return _eval_only(container, run_dir, setup)
-            return _train(container, run_dir, setup)
+            return _train(container, run_dir, setup, trainer)
         finally:
             _finish_trackers()
 
@@ -142,38 +148,61 @@ def _eval_only(cfg: dict[str, Any], run_dir: Path, s: Setup) -> float:
     return float(metrics["accuracy"])
 
 
-def _train(cfg: dict[str, Any], run_dir: Path, s: Setup) -> float:
+@dataclass(frozen=True)
+class Training:
+    """The trainer and the callbacks the run reads back from."""
+
+    trainer: Any
+    evaluation: Any  # FixedEvalCallback
+    stop: Any  # GracefulStop
+
+
+def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
+    """GRPOTrainer with the recipe's callbacks, each built complete; TRL's own refusals as a ConfigError."""
     from transformers import TrainerControl
     from transformers.trainer_callback import ProgressCallback
     from trl import GRPOTrainer
 
-    from grpo_recipes import fast_paths
+    from grpo_recipes.config import name_the_key
     from grpo_recipes.evaluation import FixedEvalCallback
     from grpo_recipes.outputs import ConciseProgressCallback, MetricsFileCallback
-    from grpo_recipes.report import write_report
-    from grpo_recipes.stopping import GracefulStop, trim_metrics_after
+    from grpo_recipes.stopping import GracefulStop
 
-    _describe(cfg, run_dir, s)
-    if s.peft_config is not None:
-        log.info("LoRA r=%d alpha=%d on %s", s.peft_config.r, s.peft_config.lora_alpha,
-                 sorted(s.peft_config.target_modules) if not isinstance(s.peft_config.target_modules, str)
-                 else s.peft_config.target_modules)
     callbacks = [MetricsFileCallback(run_dir / "metrics.jsonl")]
     if not s.args.disable_tqdm:
         callbacks.append(ConciseProgressCallback)
-    trainer = GRPOTrainer(model=s.model, reward_funcs=s.reward_funcs, args=s.args, train_dataset=s.train_dataset,
-                          processing_class=s.tokenizer, peft_config=s.peft_config, callbacks=callbacks)
+    try:
+        trainer = GRPOTrainer(model=s.model, reward_funcs=s.reward_funcs, args=s.args, train_dataset=s.train_dataset,
+                              processing_class=s.tokenizer, peft_config=s.peft_config, callbacks=callbacks)
+    except ValueError as err:  # a setting TRL or transformers refuse only when the trainer is built
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        raise ConfigError(name_the_key(str(err), cfg["grpo"])) from None
     if not s.args.disable_tqdm:
         trainer.remove_callback(ProgressCallback)  # ConciseProgressCallback draws the bar
     stop = GracefulStop()
-    eval_callback = FixedEvalCallback(
+    evaluation = FixedEvalCallback(
         make_evaluator(cfg, s), run_dir, every_n_steps=cfg["eval"]["every_n_steps"], accelerator=trainer.accelerator,
         # eval metrics go to every tracker through the trainer's callbacks; a fresh TrainerControl, since
         # CallbackHandler.on_log resets `should_log`, which would drop this step's train log line
         send_logs=lambda logs, state: trainer.callback_handler.on_log(trainer.args, state, TrainerControl(), logs),
         skip_final_eval=lambda: stop.requested)  # a stop on a signal: the resumed run evaluates instead
-    trainer.add_callback(eval_callback)
+    trainer.add_callback(evaluation)
     trainer.add_callback(stop)
+    return Training(trainer, evaluation, stop)
+
+
+def _train(cfg: dict[str, Any], run_dir: Path, s: Setup, training: Training) -> float:
+    from grpo_recipes import fast_paths
+    from grpo_recipes.report import write_report
+    from grpo_recipes.stopping import trim_metrics_after
+
+    trainer, stop = training.trainer, training.stop
+    _describe(cfg, run_dir, s)
+    if s.peft_config is not None:
+        log.info("LoRA r=%d alpha=%d on %s", s.peft_config.r, s.peft_config.lora_alpha,
+                 sorted(s.peft_config.target_modules) if not isinstance(s.peft_config.target_modules, str)
+                 else s.peft_config.target_modules)
     log.info("Fast paths: %s", fast_paths.apply(trainer, cfg["grpo"].get("fast_paths", "auto")))
     n_train = sum(t.numel() for t in trainer.model.parameters() if t.requires_grad)
     n_all = sum(t.numel() for t in trainer.model.parameters())
@@ -201,7 +230,7 @@ def _train(cfg: dict[str, Any], run_dir: Path, s: Setup) -> float:
         merged = trainer.model.merge_and_unload()
         merged.save_pretrained(run_dir / "final-merged")
         s.tokenizer.save_pretrained(run_dir / "final-merged")
-    history = eval_callback.history
+    history = training.evaluation.history
     first, last = min(history), max(history)
     metrics = dict(result.metrics)
     metrics.update({"baseline_eval_accuracy": history[first]["accuracy"],
@@ -216,12 +245,27 @@ def _train(cfg: dict[str, Any], run_dir: Path, s: Setup) -> float:
 
 
 def resume_command(cfg: dict[str, Any]) -> str:
-    """The command that continues this run as it was: the run's own overrides are read from its directory."""
+    """The command that continues this run as it was (its own overrides are read back from its directory):
+    the config flags it was started with, and its directory, by run_name when that is where it lives."""
     import shlex
 
-    args = [f"run_name={cfg['run_name']}"]
-    if cfg["output_root"] != "outputs":
-        args.append(f"output_root={cfg['output_root']}")
+    from hydra.core.hydra_config import HydraConfig
+
+    args = []
+    if HydraConfig.initialized():
+        hydra = HydraConfig.get()
+        for source in hydra.runtime.config_sources:
+            if source.provider == "command-line" and source.schema == "file":
+                args += ["--config-dir", source.path]
+        if hydra.job.config_name != "train":
+            args += ["--config-name", hydra.job.config_name]
+    run_dir = Path(cfg["output_dir"]).resolve()
+    if run_dir == (Path(cfg["output_root"]) / cfg["run_name"]).resolve():
+        args.append(f"run_name={cfg['run_name']}")
+        if cfg["output_root"] != "outputs":
+            args.append(f"output_root={cfg['output_root']}")
+    else:  # a sweep's job, or a directory of its own
+        args.append(f"hydra.run.dir={run_dir}")
     return "python train_grpo.py " + " ".join(shlex.quote(a) for a in args + ["resume=true"])
 
 
@@ -238,6 +282,8 @@ def run_from_hydra(cfg: DictConfig) -> float:
         return train(cfg)
     except ConfigError as err:
         _remove_if_empty(cfg)
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
     except Interrupted as stop:

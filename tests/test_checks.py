@@ -11,7 +11,8 @@ from tests.test_config import composed
 
 @pytest.mark.parametrize("spec,good,bad", [
     (SCHEMA["max_steps"], [1, 100], [0, -1, 1.5, 2.0, True, "10", None]),
-    (SCHEMA["learning_rate"], [1e-5, 1, 0.5], [0, -1e-5, "abc", True, None, float("nan")]),
+    (SCHEMA["learning_rate"], [1e-5, 1, 0.5], [0, -1e-5, "abc", True, None, float("nan"), float("inf")]),
+    (SCHEMA["run_name"], ["a", "run-1.2"], ["", " ", ".", "..", "a/b", "../x", None, 3]),
     (SCHEMA["eval.do_sample"], [True, False], ["maybe", 0, 1, "true", None]),
     (SCHEMA["resume"], [True, False, "auto"], ["maybe", 1, 0, "true", None]),
     (SCHEMA["eval.max_new_tokens"], [None, 1, 64], [0, 1.5, "64"]),
@@ -25,11 +26,33 @@ def test_values_are_typed_exactly(spec: Value, good, bad):
     assert not any(spec.accepts(v) for v in bad)
 
 
-def test_the_defaults_and_every_preset_pass_the_check():
+def test_the_defaults_and_every_preset_pass_the_whole_check():
     from pathlib import Path
 
+    from grpo_recipes.checks import check_config
+    from grpo_recipes.config import check_trainer_config
+
     for preset in [None] + sorted(p.stem for p in (Path(__file__).parents[1] / "config/experiment").glob("*.yaml")):
-        check_values(composed(*([f"experiment={preset}"] if preset else [])))
+        cfg = composed(*([f"experiment={preset}"] if preset else []))
+        check_config(cfg)
+        check_trainer_config(cfg)
+
+
+def test_every_grpo_key_of_the_table_is_a_field_of_the_installed_trl():
+    from grpo_recipes.config import RECIPE_KEYS, grpo_field_names
+
+    keys = {k.split(".", 1)[1] for k in SCHEMA if k.startswith("grpo.")}
+    assert keys - set(RECIPE_KEYS) <= grpo_field_names()
+
+
+def test_trl_errors_name_the_key_the_message_is_about():
+    from grpo_recipes.config import name_the_key
+
+    grpo = {"save_strategy": "steps", "generation_batch_size": 32, "steps_per_generation": 2}
+    message = "'generation_batch_size' and 'steps_per_generation' can not be both configured at the same time"
+    assert name_the_key(message, grpo).startswith("grpo.generation_batch_size=32: ")
+    assert name_the_key("nosuch is not a valid SchedulerType", {"lr_scheduler_type": "nosuch"}).startswith(
+        "grpo.lr_scheduler_type=nosuch: ")
 
 
 def test_cross_field_batch_rule_counts_processes():
@@ -64,8 +87,19 @@ def test_plan_run_rules(tmp_path):
     assert resume.plan_run(run, True).action == "resume" and resume.plan_run(run, "auto").action == "resume"
     (run / "train_results.json").write_text(json.dumps({"final_eval_step": 2}))
     assert resume.plan_run(run, True).action == "finished"
-    with pytest.raises(ConfigError, match="a finished run is never trained or rewritten, so max_steps"):
-        resume.check_finished(run, ["resume", "max_steps"])
+    resume.check_finished(run, 2)  # the step it finished at: nothing to do
+    with pytest.raises(ConfigError, match="max_steps=5: .* is a finished run \\(step 2\\); a finished run is never"):
+        resume.check_finished(run, 5)
+    assert resume.plan_run(run, False, main=False).action == "new"  # rank 0 decides; the others never refuse
+
+
+def test_a_resume_needs_steps_left_after_its_checkpoint(tmp_path):
+    (tmp_path / "checkpoint-5").mkdir()
+    (tmp_path / "checkpoint-10").mkdir()
+    assert resume.last_checkpoint_step(tmp_path) == 10
+    resume.check_resume_point(tmp_path, 11)
+    with pytest.raises(ConfigError, match="max_steps=10: .* continues from checkpoint-10, so max_steps must be above 10"):
+        resume.check_resume_point(tmp_path, 10)
 
 
 def test_overrides_yaml_keeps_the_first_entry_and_merges_later_ones(tmp_path):
@@ -76,5 +110,9 @@ def test_overrides_yaml_keeps_the_first_entry_and_merges_later_ones(tmp_path):
     assert entries[1]["overrides"] == ["max_steps=30", "resume=true"] and entries[1]["resume"]
     assert resume.saved_overrides(tmp_path) == ["experiment=digits", "max_steps=30", "run_name=r", "resume=true"]
     assert resume.first_overrides(tmp_path) == ["experiment=digits", "max_steps=20", "run_name=r"]
+    # back to a value an earlier entry had: still recorded, and it is what the next resume composes
+    resume.record_overrides(tmp_path, ["experiment=digits", "max_steps=20", "run_name=r", "resume=true"], resumed=True)
+    assert resume.read_override_entries(tmp_path)[2]["overrides"] == ["max_steps=20"]
+    assert "max_steps=20" in resume.saved_overrides(tmp_path)
     (tmp_path / "overrides.yaml").write_text("- a=1\n- b=2\n")  # written by an older version
     assert resume.saved_overrides(tmp_path) == ["a=1", "b=2"]

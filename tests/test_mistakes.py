@@ -29,6 +29,8 @@ CASES = [
     ("type", ["seed=x"], "seed=x: expected an integer"),
     ("type", ["dataset.rewards.accuracy.weight=abc"], "dataset.rewards.accuracy: expected {weight: <number>"),
     ("range", ["learning_rate=-1"], "learning_rate=-1: expected a number > 0"),
+    ("range", ["learning_rate=inf"], "learning_rate=inf: expected a number > 0"),
+    ("range", ["run_name=../x"], "run_name=../x: expected a non-empty name without '/'"),
     ("range", ["max_steps=0"], "max_steps=0: expected an integer >= 1"),
     ("range", ["grpo.beta=-0.1"], "grpo.beta=-0.1: expected a number >= 0"),
     ("range", ["grpo.top_p=1.5"], "grpo.top_p=1.5: expected a number > 0 and <= 1"),
@@ -39,6 +41,8 @@ CASES = [
     ("cross-field", ["eval.every_n_steps=-1"], "eval.every_n_steps=-1: expected an integer >= 0"),
     ("cross-field", ["grpo.per_device_train_batch_size=12"], "not divisible by grpo.num_generations (8)"),
     ("cross-field", ["grpo.num_generations=3"], "= 16 completions per generation batch is not divisible"),
+    ("cross-field", ["eval.seed=1"], "eval.seed=1: must differ from dataset.seed"),
+    ("cross-field", ["grpo.eval_strategy=steps"], "grpo.eval_strategy=steps: the recipe runs its own fixed eval"),
     ("choice", ["resume=maybe"], "resume=maybe: expected one of: true, false, auto"),
     ("choice", ["model.dtype=fp64"], "model.dtype=fp64: expected one of: auto, float32"),
     ("choice", ["sandbox.isolation=none"], "sandbox.isolation=none: expected one of: full, basic"),
@@ -51,8 +55,17 @@ CASES = [
     ("unknown key", ["max_step=3"], "max_step: unknown key. Did you mean: max_steps?"),
     ("unknown key", ["eval.sizes=3"], "eval.sizes: unknown key. Did you mean: size?"),
     ("unknown key", ["sandbox.workerz=2"], "sandbox.workerz: unknown key. Did you mean: workers?"),
+    ("unknown key", ["evall.size=3"], "evall: unknown key. Did you mean: eval, eval_only"),
+    ("unknown key", ["++max_step=3"], "max_step: unknown key. Did you mean: max_steps?"),
+    ("unknown key", ["+dataset.train_sise=5"], "dataset.train_sise: unknown key. Did you mean: train_size?"),
+    ("unknown key", ["~eval.seed"], "eval.seed: missing; expected an integer >= 0"),
+    ("unknown key", ["output_dir=/tmp/elsewhere"], "output_dir is the run directory Hydra makes"),
     ("sweep", ["-m", "seed=1,x"], "seed=x: expected an integer"),
     ("sweep", ["-m", "learning_rate=1e-5,0"], "learning_rate=0: expected a number > 0"),
+    ("sweep", ["-m", "grpo.num_generations=4,6", "grpo.per_device_train_batch_size=12,8"],
+     "grpo.per_device_train_batch_size (8) x processes (1) x steps_per_generation (1) = 8 completions"),
+    ("sweep", ["max_steps=10,20"], "max_steps=10,20: several values are a sweep; add -m"),
+    ("flags", ["--config-path", "config", "learning_rate=abc"], "learning_rate=abc: expected a number > 0"),
     ("resume", ["resume=true", "run_name=never_ran"], "resume=true: there is no run in"),
 ]
 
@@ -130,6 +143,21 @@ def test_a_finished_run_is_never_changed(finished_run, args, code, message):
 
 
 @pytest.mark.slow
+def test_a_finished_sweep_is_never_changed(tmp_path):
+    sweep = ["-m", "seed=1,2", "run_name=sw", f"output_root={tmp_path}", "max_steps=1", "grpo.save_strategy=no"]
+    done = run_train(*TINY, *sweep)
+    assert done.returncode == 0, done.stderr[-2000:]
+    before = _files(tmp_path)
+    again = run_train(*TINY, *sweep, "resume=auto")  # a requeue of the whole sweep
+    assert again.returncode == 0 and "every job of this sweep already finished" in again.stdout
+    refused = run_train(*TINY, *sweep)
+    assert refused.returncode == 2 and "sw-sweep/0' already holds a run" in refused.stderr
+    longer = run_train(*TINY, *sweep[:-2], "max_steps=3", "grpo.save_strategy=no", "resume=true")
+    assert longer.returncode == 2 and "is a finished run (step 1)" in longer.stderr
+    assert _files(tmp_path) == before  # multirun.yaml included: Hydra never started
+
+
+@pytest.mark.slow
 def test_a_stopped_run_resumes_as_itself_from_the_printed_command(tmp_path):
     """A non-default run (sum_digits, its own reward and eval set) stopped by SIGTERM; the printed command,
     run exactly as printed, continues that run: same task, rewards and eval problems, same config.yaml."""
@@ -150,7 +178,9 @@ def test_a_stopped_run_resumes_as_itself_from_the_printed_command(tmp_path):
     stopped_at = max(r["step"] for r in read_jsonl(run / "metrics.jsonl") if r["split"] == "train")
 
     command = shlex.split(printed)[2:]  # as printed, after "python train_grpo.py"
-    resumed = run_train(*command, "max_steps=" + str(stopped_at + 3))  # a longer or shorter run is allowed
+    short = run_train(*command, f"max_steps={stopped_at}")  # nothing left to train after the checkpoint
+    assert short.returncode == 2 and f"continues from checkpoint-{stopped_at}, so max_steps must be above" in short.stderr
+    resumed = run_train(*command, "max_steps=" + str(stopped_at + 3))  # a shorter run than planned is allowed
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
     assert (run / "config.yaml").read_text() == config_before  # written once, when the run started
     lines = read_jsonl(run / "metrics.jsonl")
@@ -171,11 +201,14 @@ def test_a_stopped_run_resumes_as_itself_from_the_printed_command(tmp_path):
 # Fields whose rules are TRL's: the check builds GRPOConfig (importing TRL takes seconds) and turns its
 # error into the same one line; choices TRL checks only inside the trainer are in our table instead.
 TRL_CASES = [
-    (["grpo.shuffle_dataset=maybe"], "grpo.shuffle_dataset='maybe': expected bool | None (GRPOConfig's type)"),
+    (["grpo.shuffle_dataset=maybe"], "grpo.shuffle_dataset=maybe: expected bool | None (GRPOConfig's type)"),
     (["grpo.log_completions_hub_repo=me/completions"],
      "grpo.log_completions_hub_repo=me/completions: log_completions_hub_repo is set, but log_completions is False"),
     (["grpo.lr_scheduler_type=nosuch"], "grpo.lr_scheduler_type=nosuch: nosuch is not a valid SchedulerType"),
-    (["grpo.generation_batch_size=24"], "must be divisible by the global batch size (16)"),
+    (["grpo.generation_batch_size=24"],
+     "grpo.generation_batch_size=24: generation_batch_size (24) must be divisible by the global batch size (16)"),
+    (["report_to=wandbb"], "report_to=wandbb: wandbb is not supported, only"),
+    (["grpo.scale_rewards=maybe"], "grpo.scale_rewards=maybe: expected one of: group, batch, none, true, false"),
     (["grpo.loss_type=nosuch"], "grpo.loss_type=nosuch: expected one of: grpo, bnpo, dr_grpo, dapo"),
     (["grpo.max_prompt_length=64"], "grpo.max_prompt_length: not a GRPOConfig field of the installed TRL"),
     (["grpo.max_steps=3"], "grpo.max_steps is a top-level knob here: set `max_steps=...`"),

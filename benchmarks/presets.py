@@ -1,0 +1,135 @@
+"""What each experiment preset teaches the embedded model on this machine: every preset run end to
+end, as shipped, the way a user runs it; one table.
+
+    python -m benchmarks.presets                      # every preset, seed 0
+    python -m benchmarks.presets --seeds 0 1          # and a second seed (the sign must hold)
+    python -m benchmarks.presets --only digits        # one preset (a name from PRESETS)
+    python -m benchmarks.presets --write              # also put the table into RESULTS.md and the README
+
+Per run: the fixed eval's headline metric (accuracy; pass@1 for code) at step 0 and at the end,
+the gain in points, the recipe's own reward on the fixed eval where the preset names one, wall
+minutes (set-up excluded: from the process start to the end, minus the model's first load),
+seconds per training step, and the peak RSS of the run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.common import ROOT, machine
+
+# name -> (overrides, headline metric)
+PRESETS: dict[str, tuple[list[str], str]] = {
+    "digits": (["experiment=digits"], "accuracy"),
+    "digits reverse": (["experiment=digits", "dataset=reverse_digits"], "accuracy"),
+    "code": (["experiment=code"], "pass@1"),
+    "gsm8k": (["experiment=gsm8k"], "accuracy"),
+    "rg_multitask": (["experiment=rg_multitask"], "accuracy"),
+}
+MARK_BEGIN, MARK_END = "<!-- presets table: begin -->", "<!-- presets table: end -->"
+
+
+def run_preset(name: str, seed: int, out: Path) -> dict:
+    overrides, metric = PRESETS[name]
+    run_name = f"{name.replace(' ', '_')}-seed{seed}"
+    cmd = [sys.executable, str(ROOT / "train_grpo.py"), *overrides, f"seed={seed}", f"output_root={out}",
+           f"run_name={run_name}"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    start = time.time()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+    seconds = time.time() - start
+    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    run_dir = out / run_name
+    if proc.returncode != 0:
+        return {"preset": name, "seed": seed, "error": (proc.stderr or proc.stdout).strip().splitlines()[-1:]}
+    evals = {int(p.stem.rsplit("_", 1)[1]): json.loads(p.read_text())["metrics"]
+             for p in (run_dir / "eval_results").glob("eval_step_*.json")}
+    first, last = min(evals), max(evals)
+    train = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    step_times = [r["train/step_time"] for r in train if "train/step_time" in r]
+    log = (run_dir / "train.log").read_text()
+    setup = _setup_seconds(log)
+    return {
+        "preset": name, "seed": seed, "task": ", ".join(sorted(_tasks(evals[first]))), "metric": metric,
+        "baseline": evals[first].get(metric), "final": evals[last].get(metric), "steps": last,
+        "recipe_reward": (evals[first].get("recipe_reward"), evals[last].get("recipe_reward")),
+        "minutes": (seconds - setup) / 60, "s_per_step": sum(step_times) / len(step_times) if step_times else None,
+        "peak_rss_gib": (peak_kib if peak_kib > before else before) / 2**20,
+    }
+
+
+def _tasks(metrics: dict) -> set[str]:
+    return {k.split("/", 1)[0] for k in metrics if k.endswith("/accuracy") and "/" in k}
+
+
+def _setup_seconds(log: str) -> float:
+    """Seconds from the first log line to the 'Run dir' line (model load, data): not part of the recipe."""
+    stamps = re.findall(r"^(\d\d):(\d\d):(\d\d) INFO", log, re.M)
+    run_dir = re.search(r"^(\d\d):(\d\d):(\d\d) INFO \S+: Run dir", log, re.M)
+    if not stamps or not run_dir:
+        return 0.0
+    to_s = lambda h, m, s: int(h) * 3600 + int(m) * 60 + int(s)  # noqa: E731
+    return max(0.0, to_s(*run_dir.groups()) - to_s(*stamps[0]))
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| preset | task | seed | metric | step 0 | final | gain | recipe reward (step 0 -> final) | minutes "
+             "| s/step | peak RSS |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['preset']} | | {r['seed']} | failed: {' '.join(r['error'])} | | | | | | | |")
+            continue
+        pct = lambda x: "" if x is None else f"{100 * x:.1f} %"  # noqa: E731
+        gain = "" if r["baseline"] is None or r["final"] is None else f"{100 * (r['final'] - r['baseline']):+.1f}"
+        before, after = r["recipe_reward"]
+        recipe = "" if before is None else f"{before:.3f} -> {after:.3f}"
+        step = "" if r["s_per_step"] is None else f"{r['s_per_step']:.1f}"
+        lines.append(f"| {r['preset']} | {r['task']} | {r['seed']} | {r['metric']} | {pct(r['baseline'])} | "
+                     f"{pct(r['final'])} | {gain} | {recipe} | {r['minutes']:.1f} | {step} | "
+                     f"{r['peak_rss_gib']:.1f} GiB |")
+    return "\n".join(lines)
+
+
+def write_between_marks(path: Path, text: str) -> None:
+    content = path.read_text()
+    if MARK_BEGIN not in content:
+        raise SystemExit(f"{path}: no '{MARK_BEGIN}' ... '{MARK_END}' block to fill")
+    head, rest = content.split(MARK_BEGIN, 1)
+    _, tail = rest.split(MARK_END, 1)
+    path.write_text(f"{head}{MARK_BEGIN}\n{text}\n{MARK_END}{tail}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--only", nargs="+", choices=sorted(PRESETS), default=list(PRESETS))
+    parser.add_argument("--write", action="store_true", help="fill the presets block of RESULTS.md and README.md")
+    parser.add_argument("--keep", type=Path, help="keep the runs' directories here (default: a temporary dir)")
+    args = parser.parse_args()
+    print(machine(), flush=True)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        out = args.keep or Path(tmp)
+        for name in args.only:
+            for seed in args.seeds:
+                rows.append(run_preset(name, seed, out))
+                print(table(rows[-1:]).splitlines()[-1], flush=True)
+    text = table(rows)
+    print(text)
+    if args.write:
+        stamp = f"`python -m benchmarks.presets {' '.join(sys.argv[1:])}` on {machine()}"
+        for path in (ROOT / "benchmarks/RESULTS.md", ROOT / "README.md"):
+            write_between_marks(path, f"{stamp}\n\n{text}")
+
+
+if __name__ == "__main__":
+    main()
