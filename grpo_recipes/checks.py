@@ -163,7 +163,8 @@ SCHEMA: dict[str, Value] = {
     "grpo.loss_type": Choice("grpo", "bnpo", "dr_grpo", "dapo", "luspo", "cispo", "sapo", "vespo"),
     "grpo.scale_rewards": Choice("group", "batch", "none", True, False),
     "grpo.importance_sampling_level": Choice("token", "sequence"), "grpo.vllm_mode": Choice("server", "colocate"),
-    "grpo.mask_truncated_completions": BOOL, "grpo.fast_paths": Choice("auto", True, False), "grpo.vllm_gpu_memory_utilization": Float(above=0, high=1),
+    "grpo.mask_truncated_completions": BOOL, "grpo.fast_paths": Choice("auto", True, False),
+    "grpo.no_signal_warning": STEPS, "grpo.vllm_gpu_memory_utilization": Float(above=0, high=1),
 }
 # Groups whose every key is in SCHEMA (and required); "" is the top level. grpo is open to TRL's fields.
 CLOSED_GROUPS = ("", "dataset", "eval", "eval.pass_k", "model", "model.lora", "sandbox")

@@ -23,8 +23,8 @@ from grpo_recipes.hardware import Hardware, apply_hardware, detect_hardware
 # Top-level knobs that are GRPOConfig fields: `python train_grpo.py max_steps=100`.
 COMMON_KNOBS = ("max_steps", "learning_rate", "seed", "run_name", "output_dir", "report_to")
 SWITCHES = ("use_vllm",)
-# Keys of the grpo group read by the recipe, not by TRL: auto | true | false (fast_paths.py).
-RECIPE_KEYS = ("fast_paths",)
+# Keys of the grpo group read by the recipe, not by TRL (fast_paths.py, no_signal.py).
+RECIPE_KEYS = ("fast_paths", "no_signal_warning")
 
 
 def grpo_field_names() -> set[str]:

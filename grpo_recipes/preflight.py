@@ -220,7 +220,8 @@ def _resume(argv: list[str], config_dir: Path, line: CommandLine, run_dir: Path,
     overrides = resume.merge_overrides(saved, line.overrides) if saved is not None else line.overrides
     now, _ = compose(config_dir, line, overrides)
     check_values(now)
-    if plan.action == "finished":
+    if plan.action == "finished":  # only what this command asks to change counts, not newer defaults
+        resume.check_changes(run_dir, compose(config_dir, line, saved)[0] if saved is not None else now, now)
         resume.check_finished(run_dir, now["max_steps"])
         print(resume.finished_message(run_dir))
         sys.exit(0)

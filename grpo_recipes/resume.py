@@ -27,7 +27,7 @@ from grpo_recipes.errors import ConfigError
 
 # Keys a resume may change (a key, or a prefix ending in '.'); everything else defines the run.
 MUTABLE = ("max_steps", "resume", "report_to", "eval.", "grpo.logging_", "grpo.save_", "grpo.disable_tqdm",
-           "grpo.log_completions", "grpo.num_completions_to_print", "sandbox.workers", "grpo.fast_paths",
+           "grpo.log_completions", "grpo.num_completions_to_print", "sandbox.workers", "grpo.fast_paths", "grpo.no_signal_warning",
            "grpo.activation_checkpointing", "grpo.gradient_checkpointing", "model.attn_implementation")
 IMMUTABLE = ("eval.seed",)  # the fixed eval set stays the same for the whole run
 # Where the run lives: the plan has already found the directory, however it was spelled.

@@ -165,6 +165,7 @@ def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
 
     from grpo_recipes.config import name_the_key
     from grpo_recipes.evaluation import FixedEvalCallback
+    from grpo_recipes.no_signal import NoSignalWarning
     from grpo_recipes.outputs import ConciseProgressCallback, MetricsFileCallback
     from grpo_recipes.stopping import GracefulStop
 
@@ -188,6 +189,7 @@ def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
         send_logs=lambda logs, state: trainer.callback_handler.on_log(trainer.args, state, TrainerControl(), logs),
         skip_final_eval=lambda: stop.requested)  # a stop on a signal: the resumed run evaluates instead
     trainer.add_callback(evaluation)
+    trainer.add_callback(NoSignalWarning(cfg["grpo"].get("no_signal_warning", 3), s.args.max_completion_length))
     trainer.add_callback(stop)
     return Training(trainer, evaluation, stop)
 

@@ -128,7 +128,7 @@ def finished_run(tmp_path_factory):
     (["dataset=sum_digits", "max_steps=2"], 2, "already holds a run"),
     (["resume=true"], 0, "already finished at step 2: nothing to do, and nothing was changed"),
     (["resume=auto"], 0, "already finished at step 2"),
-    (["resume=true", "max_steps=5"], 2, "a finished run is never trained or rewritten, so max_steps cannot change"),
+    (["resume=true", "max_steps=5"], 2, "is a finished run (step 2); a finished run is never trained or rewritten"),
     (["resume=true", "dataset=arithmetic"], 2, "dataset.name (sum_digits -> arithmetic)"),
     (["resume=true", "learning_rate=1e-3"], 2, "learning_rate (1e-05 -> 0.001) would change what the run learns"),
     (["resume=maybe"], 2, "resume=maybe: expected one of: true, false, auto"),
