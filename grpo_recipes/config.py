@@ -20,8 +20,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from grpo_common.errors import ConfigError
 from grpo_recipes.checks import check_batch
-from grpo_recipes.errors import ConfigError
 
 # Top-level knobs that are GRPOConfig fields: `python train_grpo.py max_steps=100`.
 COMMON_KNOBS = ("max_steps", "learning_rate", "seed", "run_name", "output_dir", "report_to")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from grpo_recipes.errors import ConfigError
+from grpo_common.errors import ConfigError
 from tasks import TaskSet
 from tasks.prompts import FORMATS, build_messages
 

@@ -15,10 +15,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from grpo_common.errors import ConfigError
 from grpo_recipes import resume
 from grpo_recipes.checks import check_config
 from grpo_recipes.config import check_trainer_config
-from grpo_recipes.errors import ConfigError
 from grpo_recipes.resume import RunPlan
 
 log = logging.getLogger("grpo_recipes")
@@ -47,6 +47,7 @@ class Prepared:
 
 
 def prepare(cfg: dict[str, Any], plan: RunPlan) -> Prepared:
+    from grpo_common.templates import response_prefix
     from grpo_recipes.config import (
         build_grpo_kwargs,
         detect_hardware,
@@ -55,7 +56,6 @@ def prepare(cfg: dict[str, Any], plan: RunPlan) -> Prepared:
     from grpo_recipes.data import build_datasets
     from grpo_recipes.lora import lora_config
     from grpo_recipes.models import check_model_path, load_model_and_tokenizer
-    from grpo_recipes.templates import response_prefix
     from rewards import RewardContext, build_rewards
     from tasks.code import is_code_task
 

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from grpo_recipes.errors import ConfigError
+from grpo_common.errors import ConfigError
 from rewards.common import completion_text, is_int, is_number
 from rewards.extraction import Extraction
 from rewards.sandbox import Executor, Program, get_executor

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from grpo_recipes.errors import ConfigError
+from grpo_common.errors import ConfigError
 from rewards.accuracy import make_accuracy_reward, make_correct_and_format_reward
 from rewards.code import make_code_reward
 from rewards.common import judge_with
@@ -92,7 +92,7 @@ def _import_dotted(path: str) -> Callable:
 def _named(fn: Callable, name: str, ctx: RewardContext) -> Callable:
     """`fn` under its YAML name, reading each completion as the whole reply (`ctx.response_prefix`, set
     once the tokenizer is loaded, + the completion)."""
-    from grpo_recipes.templates import with_prefix
+    from grpo_common.templates import with_prefix
 
     def reward(*args, **kwargs):
         if ctx.response_prefix:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from itertools import groupby
 from typing import Any
 
-from grpo_recipes.errors import ConfigError
+from grpo_common.errors import ConfigError
 from rewards.common import completion_text, entries, is_int, is_number
 
 _THINK_TAGS = ("<think>", "</think>", "<answer>", "</answer>")

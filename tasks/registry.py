@@ -15,7 +15,7 @@ from typing import Any
 from reasoning_gym.composite import CompositeConfig, CompositeDataset, DatasetSpec
 from reasoning_gym.factory import DATASETS
 
-from grpo_recipes.errors import ConfigError
+from grpo_common.errors import ConfigError
 from rewards.code import extract_code
 from rewards.extraction import Extraction, extract_answer, same_number
 from tasks import code, digits, qa_file

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grpo_recipes.errors import ConfigError
+from grpo_common.errors import ConfigError
 from rewards import RewardContext, build_rewards, format_ok
 from tasks import TaskSet
 

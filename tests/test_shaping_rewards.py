@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from grpo_recipes.errors import ConfigError
+from grpo_common.errors import ConfigError
 from rewards import REWARDS, RewardContext, build_rewards
 from tasks import TaskSet
 
