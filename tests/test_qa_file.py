@@ -10,8 +10,8 @@ from omegaconf import OmegaConf
 from reasoning_gym.factory import create_dataset
 
 from grpo_common.errors import ConfigError
+from grpo_common.formats import extract_answer
 from grpo_recipes.data import build_datasets
-from rewards.extraction import extract_answer
 from tasks import TaskSet, validate_tasks
 from tasks.qa_file import canonical_answer, match_answer
 

@@ -5,7 +5,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grpo_common.errors import ConfigError
-from rewards import RewardContext, build_rewards, format_ok
+from grpo_common.formats import format_ok
+from rewards import RewardContext, build_rewards
 from tasks import TaskSet
 
 TS = TaskSet({"sum_digits": {}})
