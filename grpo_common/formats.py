@@ -45,6 +45,8 @@ def as_text(text: object) -> str:
 
 
 class PromptFormat(ABC):
+    """One prompt format (see the module docstring); instances hold no state, so one serves every run."""
+
     name: str = ""
     system_prompt: str | None = None
     tags: tuple[str, ...] = ()
@@ -98,7 +100,8 @@ _TAG_STRICT = re.compile(r"(?:\A|\n)[ \t]*\[ANSWER\][: \t]*(?:\S[^\n]*(?:\n\s*)?
 
 class AnswerTag(AnswerFormat):
     name = "answer_tag"
-    system_prompt = "Solve the problem. End your reply with the final answer on its own line as: [ANSWER] <answer>"
+    system_prompt = ("Solve the problem. End your reply with the final answer on its own line as: "
+                     "[ANSWER] <answer>")
     tags = ("[ANSWER]",)
 
     def is_formatted(self, text: str, strict: bool = True) -> bool:
@@ -127,8 +130,9 @@ _THINK_STRICT = re.compile(
 
 class Think(AnswerFormat):
     name = "think"
-    system_prompt = ("First think about the problem step by step inside <think> </think> tags, then give the final "
-                     "answer inside <answer> </answer> tags, e.g. <think>reasoning here</think><answer>42</answer>")
+    system_prompt = ("First think about the problem step by step inside <think> </think> tags, then give "
+                     "the final answer inside <answer> </answer> tags, e.g. "
+                     "<think>reasoning here</think><answer>42</answer>")
     tags = ("<think>", "</think>", "<answer>", "</answer>")
 
     def is_formatted(self, text: str, strict: bool = True) -> bool:
@@ -150,8 +154,8 @@ _CODE_CHARS = 50_000
 
 class Code(PromptFormat):
     name = "code"
-    system_prompt = ("You are a careful Python programmer. Reply with the complete function in a single ```python "
-                     "code block.")
+    system_prompt = ("You are a careful Python programmer. Reply with the complete function in a single "
+                     "```python code block.")
     rules = ("answer_tag", "fenced", "raw", "none")
     reads_code = True
 

@@ -45,9 +45,11 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
-def summarize(examples: list[dict[str, Any]], ks: list[int] = (), prompt_format: str = "plain") -> dict[str, float]:
+def summarize(examples: list[dict[str, Any]], ks: list[int] = (),
+              prompt_format: str = "plain") -> dict[str, float]:
     """Overall and per-task accuracy (greedy, score >= 1), mean score, format compliance, length,
-    extraction-rule shares, and pass@k for each k when examples carry sampled counts."""
+    extraction-rule shares (the rules of the formats that read this prompt format's completions), and
+    pass@k for each k when examples carry sampled counts."""
     answers, programs = reader(prompt_format, code_task=False), reader(prompt_format, code_task=True)
 
     def block(rows: list[dict[str, Any]], prefix: str) -> dict[str, float]:

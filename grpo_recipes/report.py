@@ -228,7 +228,8 @@ def write_report(run_dir: str | Path) -> Path:
             lines += [f"**Fixed-eval accuracy at step {last}: {m1['accuracy']:.1%}** ({m1['num_examples']} problems).",
                       ""]
         lines += ["## Baseline vs final", ""] + _table(evals, tasks) + [""]
-        rules = [f"{r}: {m1[f'rule/{r}']:.0%}" for r in rule_names() if f"rule/{r}" in m1]  # as the eval recorded
+        # the rules the eval recorded: the run's formats' (code tasks add theirs where they fired)
+        rules = [f"{r}: {m1[f'rule/{r}']:.0%}" for r in rule_names() if f"rule/{r}" in m1]
         lines += [f"Answers found at step {last} by rule: {', '.join(rules)}.", ""]
         plots = make_plots(run_dir, run)
         lines += ["## Curves", ""] + [f"### {title}\n\n![{title}]({name})\n" for title, name in plots]

@@ -1,4 +1,4 @@
-"""Correctness from the task's own verifier, on the answer found by the extraction chain."""
+"""Correctness from the task's own verifier, on the answer the prompt format reads (the judge)."""
 from __future__ import annotations
 
 from grpo_common.formats import get_format

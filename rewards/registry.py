@@ -69,8 +69,8 @@ REWARDS: dict[str, tuple[Callable[..., Callable], dict[str, tuple | None]]] = {
     ),
     "length_scaled": (lambda ctx, scope="batch": make_length_scaled_reward(ctx.judge, scope),
                       {"scope": ("batch", "group")}),
-    "code_tests": (lambda ctx, **params: make_code_reward(**params,
-                                                          code_format=reader(ctx.prompt_format, code_task=True)),
+    "code_tests": (lambda ctx, **params: make_code_reward(
+                       **params, code_format=reader(ctx.prompt_format, code_task=True)),
                    {"base_weight": None, "perfect_bonus": None, "max_tests": None, "timeout": None}),
     "repetition": (lambda ctx, ngram_size=3, max_penalty=-1.0: make_repetition_reward(ngram_size, max_penalty),
                    {"ngram_size": None, "max_penalty": None}),

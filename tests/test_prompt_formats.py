@@ -69,14 +69,16 @@ def test_a_new_format_drives_the_rewards(boxed, with_taskset_judge):
     taskset = TaskSet({"sum_digits": {}}, "boxed")
     row = to_row(taskset.sample(1, seed=0)[0], Boxed.system_prompt)
     answer = row["answer"]
-    completions = [f"work \\boxed{{{answer}}}", f"\\boxed{{{answer}}} or \\boxed{{1}}", f"the answer is {answer}", ""]
+    completions = [f"work \\boxed{{{answer}}}", f"\\boxed{{{answer}}} or \\boxed{{1}}", f"the answer is {answer}",
+                   ""]
     ctx = RewardContext(taskset.score, "boxed", judge=taskset.judge if with_taskset_judge else None)
     funcs, _ = build_rewards({"accuracy": {}, "format": {}, "soft": {"fn": "format", "mode": "soft"},
                               "tag_count": {}, "correct_and_format": {}}, ctx)
     columns = {k: [row[k]] * 4 for k in ("question", "answer", "metadata", "task")}
     got = {f.__name__: f(prompts=[None] * 4, completions=completions, **columns) for f in funcs}
-    assert got == {"accuracy": [1.0, 0.0, 0.0, 0.0], "format": [1.0, 0.0, 0.0, 0.0], "soft": [1.0, 1.0, 0.0, 0.0],
-                   "tag_count": [1.0, 0.0, 0.0, 0.0], "correct_and_format": [1.0, -0.1, -0.1, -0.1]}
+    assert got == {"accuracy": [1.0, 0.0, 0.0, 0.0], "format": [1.0, 0.0, 0.0, 0.0],
+                   "soft": [1.0, 1.0, 0.0, 0.0], "tag_count": [1.0, 0.0, 0.0, 0.0],
+                   "correct_and_format": [1.0, -0.1, -0.1, -0.1]}
 
 
 def test_a_new_format_reaches_the_eval_json_and_the_report(boxed, tiny, tmp_path, monkeypatch):
@@ -93,7 +95,8 @@ def test_a_new_format_reaches_the_eval_json_and_the_report(boxed, tiny, tmp_path
     metrics, examples = ev.run(None, accelerator, step=0, out_dir=tmp_path / "eval_results")
     assert [e["rule"] for e in examples] == ["boxed", "boxed", "none", "none"]
     assert metrics["accuracy"] == 0.5 and metrics["format"] == 0.5
-    assert {k: v for k, v in metrics.items() if k.startswith("rule/")} == {"rule/boxed": 0.5, "rule/none": 0.5}
+    rules = {k: v for k, v in metrics.items() if k.startswith("rule/")}
+    assert rules == {"rule/boxed": 0.5, "rule/none": 0.5}
     saved = json.loads((tmp_path / "eval_results" / "eval_step_0.json").read_text())
     assert saved["metrics"]["sum_digits/rule/boxed"] == 0.5
     report = write_report(tmp_path).read_text()
@@ -102,11 +105,12 @@ def test_a_new_format_reaches_the_eval_json_and_the_report(boxed, tiny, tmp_path
 
 def test_the_report_names_the_code_rules_of_a_code_run(tmp_path):
     def example(rule, correct):
-        return {"index": 0, "task": "humaneval", "question": "q", "answer": "a", "completion": "c", "extracted": "x",
-                "rule": rule, "score": float(correct), "correct": correct, "format_ok": True, "length": 3,
-                "truncated": False}
+        return {"index": 0, "task": "humaneval", "question": "q", "answer": "a", "completion": "c",
+                "extracted": "x", "rule": rule, "score": float(correct), "correct": correct, "format_ok": True,
+                "length": 3, "truncated": False}
 
-    examples = [example("fenced", True), example("fenced", False), example("raw", False), example("none", False)]
+    examples = [example("fenced", True), example("fenced", False), example("raw", False),
+                example("none", False)]
     metrics = summarize(examples, prompt_format="think")
     assert [k for k in metrics if k.startswith("rule/")] == ["rule/tag", "rule/phrase", "rule/last_number",
                                                              "rule/none", "rule/fenced", "rule/raw"]
