@@ -16,8 +16,8 @@ import difflib
 import re
 from typing import Any
 
+from grpo_common.errors import ConfigError
 from grpo_recipes.checks import SCHEMA, check_batch, show
-from grpo_recipes.errors import ConfigError
 from grpo_recipes.hardware import Hardware, apply_hardware, detect_hardware
 
 # Top-level knobs that are GRPOConfig fields: `python train_grpo.py max_steps=100`.

@@ -9,17 +9,21 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from grpo_recipes.errors import ConfigError
+from grpo_common.errors import ConfigError
+from grpo_common.formats import get_format
 from tasks import TaskSet
-from tasks.prompts import FORMATS, build_messages
 
 
 def system_prompt(dataset_cfg: dict[str, Any]) -> str | None:
-    fmt = dataset_cfg.get("prompt_format", "plain")
-    if fmt not in FORMATS:
-        raise ConfigError(f"dataset.prompt_format '{fmt}' is not one of: {', '.join(FORMATS)}")
+    """The dataset's system prompt, else its prompt format's (None: no system message)."""
+    fmt = get_format(dataset_cfg.get("prompt_format", "plain"))
     override = dataset_cfg.get("system_prompt")
-    return override if override is not None else FORMATS[fmt].system_prompt
+    return override if override is not None else fmt.system_prompt
+
+
+def build_messages(question: str, system: str | None) -> list[dict[str, str]]:
+    messages = [{"role": "system", "content": system}] if system else []
+    return messages + [{"role": "user", "content": question}]
 
 
 def to_row(entry: dict[str, Any], system: str | None) -> dict[str, Any]:
@@ -58,7 +62,7 @@ def build_datasets(dataset_cfg: dict[str, Any], eval_cfg: dict[str, Any]):
 
     if int(dataset_cfg["seed"]) == int(eval_cfg["seed"]):
         raise ConfigError("eval.seed must differ from dataset.seed so that train and eval sets differ")
-    taskset = TaskSet(dataset_cfg["tasks"])
+    taskset = TaskSet(dataset_cfg["tasks"], dataset_cfg.get("prompt_format", "plain"))
     system = system_prompt(dataset_cfg)
     eval_rows = build_eval_rows(taskset, eval_cfg, system)
     train_rows = build_train_rows(taskset, dataset_cfg, system, eval_rows)

@@ -16,7 +16,7 @@ import shutil
 import time
 from pathlib import Path
 
-from grpo_recipes.errors import ConfigError
+from grpo_common.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

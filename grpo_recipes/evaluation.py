@@ -21,9 +21,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from rewards.code import CODE_RULES
-from rewards.extraction import RULES
-from rewards.format import format_ok
+from grpo_common.formats import get_format, reader
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +46,12 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
-def summarize(examples: list[dict[str, Any]], ks: list[int] = ()) -> dict[str, float]:
+def summarize(examples: list[dict[str, Any]], ks: list[int] = (),
+              prompt_format: str = "plain") -> dict[str, float]:
     """Overall and per-task accuracy (greedy, score >= 1), mean score, format compliance, length,
-    extraction-rule shares, and pass@k for each k when examples carry sampled counts."""
+    extraction-rule shares (the rules of the formats that read this prompt format's completions), and
+    pass@k for each k when examples carry sampled counts."""
+    answers, programs = reader(prompt_format, code_task=False), reader(prompt_format, code_task=True)
 
     def block(rows: list[dict[str, Any]], prefix: str) -> dict[str, float]:
         n = max(len(rows), 1)
@@ -62,9 +63,10 @@ def summarize(examples: list[dict[str, Any]], ks: list[int] = ()) -> dict[str, f
             f"{prefix}mean_length": sum(r["length"] for r in rows) / n,
             f"{prefix}truncated": sum(r["truncated"] for r in rows) / n,
         }
-        out.update({f"{prefix}rule/{rule}": rules.get(rule, 0) / n for rule in RULES})
+        out.update({f"{prefix}rule/{rule}": rules.get(rule, 0) / n for rule in answers.rules})
         # code tasks: where the program was found (shown only when a code task is in the eval)
-        out.update({f"{prefix}rule/{rule}": rules[rule] / n for rule in CODE_RULES if rule in rules and rule not in RULES})
+        out.update({f"{prefix}rule/{rule}": rules[rule] / n for rule in programs.rules
+                    if rule in rules and rule not in answers.rules})
         for k in ks:
             out[f"{prefix}pass@{k}"] = sum(pass_at_k(r["num_samples"], r["samples_correct"], k) for r in rows) / n
         return out
@@ -86,6 +88,7 @@ class FixedEvaluator:
                  print_examples: int = 0, response_prefix: str = ""):
         self.rows, self.taskset, self.tokenizer = rows, taskset, tokenizer
         self.prompt_format, self.max_new_tokens, self.batch_size = prompt_format, max_new_tokens, batch_size
+        self.format = get_format(prompt_format)
         self.do_sample, self.temperature = do_sample, temperature
         pass_k = pass_k or {}
         self.num_samples = int(pass_k.get("samples") or 0)
@@ -158,7 +161,7 @@ class FixedEvaluator:
             record = {
                 "index": index, "task": row["task"], "question": row["question"], "answer": row["answer"],
                 "completion": completion, "extracted": extraction.answer, "rule": extraction.rule,
-                "score": score, "correct": score >= 1.0, "format_ok": format_ok(completion, self.prompt_format),
+                "score": score, "correct": score >= 1.0, "format_ok": self.format.is_formatted(completion),
                 "length": length, "truncated": truncated,
             }
             if samples[k] is not None:
@@ -183,7 +186,7 @@ class FixedEvaluator:
         local = self.score_batch(shard, greedy, sampled)
         examples = gather_object(local) if accelerator.num_processes > 1 else local
         examples = sorted({e["index"]: e for e in examples}.values(), key=lambda e: e["index"])
-        metrics = summarize(examples, self.ks)
+        metrics = summarize(examples, self.ks, self.prompt_format)
         metrics["seconds"] = round(time.time() - start, 2)
         if main and out_dir is not None:
             write_json_atomic(out_dir / f"eval_step_{step}.json", {"step": step, "metrics": metrics,

@@ -11,8 +11,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from grpo_common.errors import ConfigError
 from grpo_recipes.embedded import PREFIX, cache_root, ensure_embedded
-from grpo_recipes.errors import ConfigError
 
 TINY = "tiny-random"
 TINY_VERSION = "v1"  # bump when grpo_recipes/tiny.py changes: the cached copy is then rebuilt
@@ -91,7 +91,7 @@ def load_model_and_tokenizer(model_cfg: dict[str, Any], on_gpu: bool, seed: int 
             f"available offline ({str(err).splitlines()[0]})"
         ) from None
     if model_cfg.get("chat_template"):
-        from grpo_recipes.templates import load_chat_template
+        from grpo_common.templates import load_chat_template
 
         tokenizer.chat_template = load_chat_template(model_cfg["chat_template"])
     if tokenizer.chat_template is None:

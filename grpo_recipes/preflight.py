@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grpo_common.errors import ConfigError
 from grpo_recipes.checks import check_config, check_values, unknown_key_message
-from grpo_recipes.errors import ConfigError
 
 # Hydra's own informational flags: they run no job, so nothing is checked.
 INFO_FLAGS = ("--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc",

@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from grpo_common.formats import rule_names
+
 EVAL_METRICS = [("accuracy", "accuracy", "{:.1%}"), ("mean_score", "mean score", "{:.3f}"),
                 ("format", "format compliance", "{:.1%}"), ("mean_length", "mean length (tokens)", "{:.1f}"),
                 ("truncated", "cut off at max length", "{:.1%}")]
@@ -226,7 +228,8 @@ def write_report(run_dir: str | Path) -> Path:
             lines += [f"**Fixed-eval accuracy at step {last}: {m1['accuracy']:.1%}** ({m1['num_examples']} problems).",
                       ""]
         lines += ["## Baseline vs final", ""] + _table(evals, tasks) + [""]
-        rules = [f"{r}: {m1.get(f'rule/{r}', 0):.0%}" for r in ("tag", "phrase", "last_number", "none")]
+        # the rules the eval recorded: the run's formats' (code tasks add theirs where they fired)
+        rules = [f"{r}: {m1[f'rule/{r}']:.0%}" for r in rule_names() if f"rule/{r}" in m1]
         lines += [f"Answers found at step {last} by rule: {', '.join(rules)}.", ""]
         plots = make_plots(run_dir, run)
         lines += ["## Curves", ""] + [f"### {title}\n\n![{title}]({name})\n" for title, name in plots]

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grpo_recipes.errors import ConfigError
+from grpo_common.errors import ConfigError
 
 # Keys a resume may change (a key, or a prefix ending in '.'); everything else defines the run.
 MUTABLE = ("max_steps", "resume", "report_to", "eval.", "grpo.logging_", "grpo.save_", "grpo.disable_tqdm",

@@ -15,9 +15,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from grpo_common.errors import ConfigError
 from grpo_recipes import resume
 from grpo_recipes.checks import check_config
-from grpo_recipes.errors import ConfigError
 from grpo_recipes.setup import Setup, assemble
 
 log = logging.getLogger("grpo_recipes")

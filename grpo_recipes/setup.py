@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grpo_recipes.errors import ConfigError
+from grpo_common.errors import ConfigError
 from grpo_recipes.hardware import Hardware
 from grpo_recipes.resume import RunPlan
 
@@ -38,12 +38,12 @@ class Setup:
 
 
 def assemble(cfg: dict[str, Any], plan: RunPlan) -> Setup:
+    from grpo_common.templates import response_prefix
     from grpo_recipes.config import build_grpo_config, build_grpo_kwargs
     from grpo_recipes.data import build_datasets
     from grpo_recipes.hardware import detect_hardware, resolve_activation_checkpointing
     from grpo_recipes.lora import lora_config
     from grpo_recipes.models import load_model_and_tokenizer
-    from grpo_recipes.templates import response_prefix
     from rewards import RewardContext, build_rewards
     from tasks.code import is_code_task
 

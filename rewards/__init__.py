@@ -1,9 +1,5 @@
-"""Reward functions in TRL's calling convention, a registry, and the answer-extraction chain."""
-from rewards.extraction import Extraction, extract_answer, normalize_number
-from rewards.format import format_ok
+"""Reward functions in TRL's calling convention and a registry (name -> factory). Reading answers and
+checking formats belong to the prompt formats (grpo_common/formats.py)."""
 from rewards.registry import REWARDS, RewardContext, build_rewards, register_reward
 
-__all__ = [
-    "REWARDS", "Extraction", "RewardContext", "build_rewards", "extract_answer", "format_ok",
-    "normalize_number", "register_reward",
-]
+__all__ = ["REWARDS", "RewardContext", "build_rewards", "register_reward"]

@@ -1,8 +1,8 @@
-"""Correctness from the task's own verifier, on the answer found by the extraction chain."""
+"""Correctness from the task's own verifier, on the answer the prompt format reads (the judge)."""
 from __future__ import annotations
 
+from grpo_common.formats import get_format
 from rewards.common import completion_text, entries
-from rewards.format import format_ok
 from rewards.train_stats import log_train_stats
 
 
@@ -33,11 +33,12 @@ def make_accuracy_reward(judge, mode: str = "binary"):
 
 def make_correct_and_format_reward(judge, prompt_format: str, format_weight: float = 0.1):
     """`1[correct] + format_weight * (1[format] - 1)`: the GSM8K recipe's combined reward."""
+    fmt = get_format(prompt_format)
 
     def reward(prompts, completions, **kwargs):
         texts = [completion_text(c) for c in completions]
         judged = judge(texts, entries(kwargs, len(completions)))
-        return [float(score >= 1.0) + format_weight * (float(format_ok(text, prompt_format)) - 1.0)
+        return [float(score >= 1.0) + format_weight * (float(fmt.is_formatted(text)) - 1.0)
                 for text, (_, score) in zip(texts, judged)]
 
     return reward

@@ -1,4 +1,5 @@
-"""Code with test cases: find the code in a completion, run its tests in the sandbox, reward it.
+"""Code with test cases: run a completion's program (read by the `code` prompt format) against its
+tests in the sandbox, and reward it.
 
 A code task's entry carries a test suite in its metadata (`language`, `entry_point`, `setup`,
 `tests`: a list of steps, each `[source, counted]`; uncounted steps are setup run in order).
@@ -19,39 +20,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from grpo_recipes.errors import ConfigError
+from grpo_common.errors import ConfigError
+from grpo_common.formats import FORMATS, PromptFormat
 from rewards.common import completion_text, is_int, is_number
-from rewards.extraction import Extraction
 from rewards.sandbox import Executor, Program, get_executor
 from rewards.train_stats import log_train_stats
-
-CODE_RULES = ("answer_tag", "fenced", "raw", "none")
-_FENCE = re.compile(r"```[ \t]*([\w+#-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
-_ANSWER = re.compile(r"<answer>(.*?)(?:</answer>|\Z)", re.DOTALL | re.IGNORECASE)
-_CODE_START = re.compile(r"^(?:def |class |import |from |async def |@)", re.MULTILINE)
-_MAX_CHARS = 50_000
-
-
-def extract_code(text: object) -> Extraction:
-    """The program in a completion: `<answer>` content (fences inside stripped), else the fenced block
-    that defines a function (the last such, or the last block), else raw text from the first
-    `def`/`import` line. Never raises."""
-    if not isinstance(text, str):
-        text = "" if text is None else str(text)
-    text = text[:_MAX_CHARS]
-    answers = [m.group(1) for m in _ANSWER.finditer(text) if m.group(1).strip()]
-    if answers:
-        inner = answers[-1]
-        fenced = _FENCE.findall(inner)
-        return Extraction((fenced[-1][1] if fenced else inner).strip("\n"), "answer_tag")
-    blocks = [body for _, body in _FENCE.findall(text) if body.strip()]
-    if blocks:
-        with_def = [b for b in blocks if re.search(r"^\s*def ", b, re.MULTILINE)]
-        return Extraction((with_def or blocks)[-1].strip("\n"), "fenced")
-    start = _CODE_START.search(text)
-    if start:
-        return Extraction(text[start.start():].strip("\n"), "raw")
-    return Extraction(None, "none")
 
 
 @dataclass(frozen=True)
@@ -286,9 +259,11 @@ def run_suites(solutions: Sequence[str | None], suites: Sequence[TestSuite], tim
 
 
 def make_code_reward(base_weight: float = 1.0, perfect_bonus: float = 1.0, max_tests: int | None = 3,
-                     timeout: float = 2.0):
+                     timeout: float = 2.0, code_format: PromptFormat | None = None):
     """`fraction of tests passed x base_weight + perfect_bonus x 1[all passed]` (the Q recipe's reward);
-    None for a row that is not a code task (TRL then leaves it out of the sum)."""
+    None for a row that is not a code task (TRL then leaves it out of the sum). `code_format` reads the
+    program (the run's: `formats.reader(prompt_format, code_task=True)`; None: `code`)."""
+    code_format = code_format or FORMATS["code"]
     for key, value, low in (("base_weight", base_weight, None), ("perfect_bonus", perfect_bonus, None),
                             ("timeout", timeout, 0)):
         if not is_number(value) or (low is not None and value <= low):
@@ -302,7 +277,7 @@ def make_code_reward(base_weight: float = 1.0, perfect_bonus: float = 1.0, max_t
         suites = [TestSuite.from_metadata(m) for m in metadata]
         runnable = [i for i, s in enumerate(suites) if s is not None]
         limited = [suites[i].limited(max_tests) for i in runnable]
-        codes = [extract_code(completion_text(completions[i])).answer for i in runnable]
+        codes = [code_format.extract(completion_text(completions[i])).answer for i in runnable]
         outcomes = run_suites(codes, limited, timeout)
         out: list[float | None] = [None] * len(completions)
         perfect = [o.total > 0 and o.passed == o.total for o in outcomes]

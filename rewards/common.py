@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from rewards.extraction import extract_answer
+from grpo_common.formats import PromptFormat
 
 
 def completion_text(completion: Any) -> str:
@@ -25,13 +25,13 @@ def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def judge_with(scorer):
+def judge_with(scorer, answer_format: PromptFormat):
     """A batch judge `(texts, entries) -> [(Extraction, score)]` from a per-answer scorer, reading
-    answers with the extraction chain (TaskSet.judge is the full one: code tasks, batch scoring)."""
+    answers with `answer_format` (TaskSet.judge is the full one: code tasks, batch scoring)."""
     def judge(texts, rows):
         out = []
         for text, row in zip(texts, rows):
-            extraction = extract_answer(text)
+            extraction = answer_format.extract(text)
             out.append((extraction, scorer(extraction.answer, row)))
         return out
 

@@ -17,7 +17,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from grpo_recipes.errors import ConfigError
+from grpo_common.errors import ConfigError
+from grpo_common.formats import reader
+from grpo_common.templates import with_prefix
 from rewards.accuracy import make_accuracy_reward, make_correct_and_format_reward
 from rewards.code import make_code_reward
 from rewards.common import judge_with
@@ -32,21 +34,21 @@ from rewards.shaping import (
 
 @dataclass
 class RewardContext:
-    """What a factory may need from the run: the tasks' verifier, the prompt format and
+    """What a factory may need from the run: the tasks' verifier, the prompt format's name and
     grpo.max_completion_length (the default L_max of soft_overlong; None where unknown)."""
 
     scorer: Callable[[str | None, Mapping[str, Any]], float]
     prompt_format: str
     max_completion_length: int | None = None
     # (texts, entries) -> [(Extraction, score)]: reads code for code tasks and scores a batch at once
-    # (TaskSet.judge); None: the extraction chain + `scorer`, one answer at a time.
+    # (TaskSet.judge); None: the prompt format's answer chain + `scorer`, one answer at a time.
     judge: Callable[[list[str], list[Mapping[str, Any]]], list] | None = None
     # what the chat template pre-fills in the reply (e.g. "<think>\n"): rewards read prefix + completion
     response_prefix: str = ""
 
     def __post_init__(self):
         if self.judge is None:
-            self.judge = judge_with(self.scorer)
+            self.judge = judge_with(self.scorer, reader(self.prompt_format, code_task=False))
 
 
 # name -> (factory(ctx, **params), accepted params with their choices or None for free values)
@@ -67,7 +69,8 @@ REWARDS: dict[str, tuple[Callable[..., Callable], dict[str, tuple | None]]] = {
     ),
     "length_scaled": (lambda ctx, scope="batch": make_length_scaled_reward(ctx.judge, scope),
                       {"scope": ("batch", "group")}),
-    "code_tests": (lambda ctx, **params: make_code_reward(**params),
+    "code_tests": (lambda ctx, **params: make_code_reward(
+                       **params, code_format=reader(ctx.prompt_format, code_task=True)),
                    {"base_weight": None, "perfect_bonus": None, "max_tests": None, "timeout": None}),
     "repetition": (lambda ctx, ngram_size=3, max_penalty=-1.0: make_repetition_reward(ngram_size, max_penalty),
                    {"ngram_size": None, "max_penalty": None}),
@@ -92,8 +95,6 @@ def _import_dotted(path: str) -> Callable:
 def _named(fn: Callable, name: str, ctx: RewardContext) -> Callable:
     """`fn` under its YAML name, reading each completion as the whole reply (`ctx.response_prefix`, set
     once the tokenizer is loaded, + the completion)."""
-    from grpo_recipes.templates import with_prefix
-
     def reward(*args, **kwargs):
         if ctx.response_prefix:
             if "completions" in kwargs:

@@ -1,9 +1,8 @@
 """Shaping rewards: tag counting, length shaping (DAPO, Kimi 1.5) and an n-gram repetition penalty.
 
-- tag_count:     partial credit for the prompt format's tags (open-r1's tag_count_reward).
-                 think: 0.25 for each of <think>, </think>, <answer>, </answer> appearing exactly once;
-                 answer_tag: 1.0 when exactly one [ANSWER] tag (case-insensitive, as format.py);
-                 plain and any other format (code): 0.
+- tag_count:     partial credit for the prompt format's tags (open-r1's tag_count_reward): the share of
+                 its `tags` that appear exactly once (think: 0.25 for each of <think>, </think>, <answer>,
+                 </answer>; answer_tag: 1.0 for one [ANSWER], in any case); 0 for a format without tags.
 - soft_overlong: DAPO's soft overlong punishment (Eq. 13), with L = completion length in tokens:
                  0 if L <= L_max - L_cache; ((L_max - L_cache) - L) / L_cache if L <= L_max; -1 above L_max.
 - length_scaled: Kimi 1.5's length reward (open-r1's len_reward):
@@ -20,16 +19,13 @@ never raises on odd completions (empty, None, huge, non-str content).
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 from itertools import groupby
 from typing import Any
 
-from grpo_recipes.errors import ConfigError
+from grpo_common.errors import ConfigError
+from grpo_common.formats import get_format
 from rewards.common import completion_text, entries, is_int, is_number
-
-_THINK_TAGS = ("<think>", "</think>", "<answer>", "</answer>")
-_ANSWER_TAG = re.compile(r"\[ANSWER\]", re.IGNORECASE)
 
 
 def _lengths(completions: list, completion_ids: Any, estimate: Callable[[str], float]) -> list[float]:
@@ -47,17 +43,13 @@ def _lengths(completions: list, completion_ids: Any, estimate: Callable[[str], f
 
 
 def make_tag_count_reward(prompt_format: str) -> Callable:
+    fmt = get_format(prompt_format)
+
+    def share(text: str) -> float:
+        return sum(fmt.count(text, tag) == 1 for tag in fmt.tags) / len(fmt.tags) if fmt.tags else 0.0
+
     def reward(prompts, completions, **kwargs):
-        out = []
-        for completion in completions:
-            text = completion_text(completion)
-            if prompt_format == "think":
-                out.append(0.25 * sum(text.count(tag) == 1 for tag in _THINK_TAGS))
-            elif prompt_format == "answer_tag":
-                out.append(1.0 if len(_ANSWER_TAG.findall(text)) == 1 else 0.0)
-            else:
-                out.append(0.0)
-        return out
+        return [share(completion_text(c)) for c in completions]
 
     return reward
 

@@ -1,8 +1,9 @@
 """Every task by name: reasoning-gym's registry, plus the project's own tasks registered into it.
 
 `validate_tasks` checks names and config keys before anything is built or written, with close
-matches in the message; `TaskSet` builds the data and scores answers through each task's own
-verifier (reasoning-gym's `score_answer`, graded: 1.0 means correct).
+matches in the message; `TaskSet` builds the data, reads each completion in the run's prompt format
+(grpo_common/formats.py) and scores answers through each task's own verifier (reasoning-gym's
+`score_answer`, graded: 1.0 means correct).
 """
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ from typing import Any
 from reasoning_gym.composite import CompositeConfig, CompositeDataset, DatasetSpec
 from reasoning_gym.factory import DATASETS
 
-from grpo_recipes.errors import ConfigError
-from rewards.code import extract_code
-from rewards.extraction import Extraction, extract_answer, same_number
+from grpo_common import formats
+from grpo_common.answers import same_number
+from grpo_common.errors import ConfigError
+from grpo_common.formats import Extraction, PromptFormat
 from tasks import code, digits, qa_file
 
 digits.register()
@@ -143,10 +145,13 @@ def validate_tasks(tasks: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 class TaskSet:
-    """A weighted mixture of tasks (weights are sampling probabilities) with their verifiers."""
+    """A weighted mixture of tasks (weights are sampling probabilities) with their verifiers, reading
+    completions in `prompt_format`."""
 
-    def __init__(self, tasks: Mapping[str, Any]):
+    def __init__(self, tasks: Mapping[str, Any], prompt_format: str = "plain"):
         self.spec = validate_tasks(tasks)
+        formats.get_format(prompt_format)  # an unknown name fails here, not at the first answer
+        self.prompt_format = prompt_format
         self._scorer = self._composite(size=1, seed=0)
 
     @property
@@ -165,9 +170,14 @@ class TaskSet:
         entries = [e for e in self._composite(size, seed) if e["question"] not in exclude]
         return entries
 
+    def reader(self, task: str | None) -> PromptFormat:
+        """The format that reads a completion for `task`: a code task's program is read as code whatever
+        the prompt format asks (the code preset has `think`, with the program inside <answer>)."""
+        return formats.reader(self.prompt_format, bool(task) and code.is_code_task(task))
+
     def extract(self, text: str, task: str | None) -> Extraction:
-        """The answer in a completion: code for a code task, else the extraction chain."""
-        return extract_code(text) if task and code.is_code_task(task) else extract_answer(text)
+        """The answer in a completion: the program for a code task, else the prompt format's answer."""
+        return self.reader(task).extract(text)
 
     def judge(self, texts: list[str], entries: list[Mapping[str, Any]]) -> list[tuple[Extraction, float]]:
         """Extract and score a batch; tasks that score in batches (code: programs run in parallel) do."""

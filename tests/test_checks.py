@@ -3,9 +3,9 @@ import json
 
 import pytest
 
+from grpo_common.errors import ConfigError
 from grpo_recipes import resume
 from grpo_recipes.checks import SCHEMA, Value, check_values
-from grpo_recipes.errors import ConfigError
 from tests.test_config import composed
 
 

@@ -3,10 +3,11 @@ import json
 
 import pytest
 
+from grpo_common.errors import ConfigError
+from grpo_common.formats import extract_code
 from grpo_recipes.data import to_row
-from grpo_recipes.errors import ConfigError
 from rewards import RewardContext, build_rewards
-from rewards.code import TestSuite, extract_code, run_suites
+from rewards.code import TestSuite, run_suites
 from tasks import TaskSet, validate_tasks
 from tasks.code import HumanEvalConfig, HumanEvalDataset, split_check
 

@@ -4,10 +4,10 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from grpo_common.errors import ConfigError
 from grpo_recipes.cli import rewrite_argv
 from grpo_recipes.config import build_grpo_kwargs
 from grpo_recipes.hardware import Hardware
-from grpo_recipes.errors import ConfigError
 
 CONFIG = Path(__file__).resolve().parents[1] / "config"
 CPU = Hardware(gpu=False, bf16=False, world_size=1)

@@ -2,7 +2,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rewards.extraction import RULES, Extraction, extract_answer, normalize_number
+from grpo_common.answers import normalize_number
+from grpo_common.formats import RULES, Extraction, extract_answer
 
 
 @pytest.mark.parametrize("text,answer,rule", [

@@ -13,11 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from grpo_common.formats import FORMATS, RULES, extract_answer, format_ok
 from grpo_recipes.data import to_row
-from rewards import REWARDS, RewardContext, build_rewards, extract_answer, format_ok
-from rewards.extraction import RULES
+from rewards import REWARDS, RewardContext, build_rewards
 from tasks import TaskSet
-from tasks.prompts import FORMATS
 
 TS = TaskSet({"basic_arithmetic": {}})
 ROWS = [to_row(e, None) for e in TS.sample(4, seed=0)]
@@ -144,7 +143,8 @@ def test_adversarial_texts_stay_fast(text):
 @SETTINGS
 @given(texts)
 def test_extract_code_and_test_suite_parsing_never_raise(text):
-    from rewards.code import CODE_RULES, TestSuite, extract_code
+    from grpo_common.formats import CODE_RULES, extract_code
+    from rewards.code import TestSuite
 
     extraction = extract_code(text)
     assert extraction.rule in CODE_RULES and (extraction.answer is None or isinstance(extraction.answer, str))

@@ -9,9 +9,9 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from reasoning_gym.factory import create_dataset
 
+from grpo_common.errors import ConfigError
+from grpo_common.formats import extract_answer
 from grpo_recipes.data import build_datasets
-from grpo_recipes.errors import ConfigError
-from rewards.extraction import extract_answer
 from tasks import TaskSet, validate_tasks
 from tasks.qa_file import canonical_answer, match_answer
 

@@ -4,8 +4,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grpo_recipes.errors import ConfigError
-from rewards import RewardContext, build_rewards, format_ok
+from grpo_common.errors import ConfigError
+from grpo_common.formats import format_ok
+from rewards import RewardContext, build_rewards
 from tasks import TaskSet
 
 TS = TaskSet({"sum_digits": {}})

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from grpo_recipes.errors import ConfigError
+from grpo_common.errors import ConfigError
 from rewards import REWARDS, RewardContext, build_rewards
 from tasks import TaskSet
 
@@ -42,7 +42,7 @@ def test_new_rewards_are_registered():
     ("<think>a</think>", 0.5),
     ("<think><think>a</think><answer>4</answer>", 0.75),   # <think> twice: no credit for it
     ("<answer>4</answer><answer>5</answer>", 0.0),
-    ("<THINK>a</THINK>", 0.0),                              # tags are case-sensitive, as format.py's
+    ("<THINK>a</THINK>", 0.0),                              # tags are case-sensitive, as in the format check
     ("", 0.0),
 ])
 def test_tag_count_think(text, expected):

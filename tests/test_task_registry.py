@@ -22,9 +22,8 @@ import json
 
 import pytest
 
+from grpo_common.formats import extract_answer, format_ok
 from grpo_recipes.data import system_prompt, to_row
-from rewards.extraction import extract_answer
-from rewards.format import format_ok
 from tasks.code import is_code_task
 from tasks.registry import KNOWN_UNSCORABLE, TaskSet, available_tasks
 

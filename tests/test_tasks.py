@@ -2,7 +2,7 @@ from collections import Counter
 
 import pytest
 
-from grpo_recipes.errors import ConfigError
+from grpo_common.errors import ConfigError
 from tasks import TaskSet, available_tasks, task_config_keys, validate_tasks
 from tasks.digits import digit_sum, reverse_digits
 

@@ -3,8 +3,8 @@ import copy
 
 import pytest
 
-from grpo_recipes.errors import ConfigError
-from grpo_recipes.templates import detect_response_prefix, load_chat_template, response_prefix, with_prefix
+from grpo_common.errors import ConfigError
+from grpo_common.templates import detect_response_prefix, load_chat_template, response_prefix, with_prefix
 from grpo_recipes.tiny import CHATML
 from rewards import RewardContext, build_rewards
 

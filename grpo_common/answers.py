@@ -1,10 +1,5 @@
-"""Answer extraction with a fallback chain, reporting which rule fired.
-
-1. tag:    `[ANSWER] x` or `<answer>x</answer>` (the last one that holds an answer)
-2. phrase: "the answer is x" or "= x" (whichever comes last in the text)
-3. last_number: the last number in the text
-4. none:   nothing found
-Never raises, whatever the text, and reads at most the first `_MAX_CHARS` characters.
+"""Reading an answer out of text: the readers the answer formats chain (grpo_common/formats.py),
+and how numbers are spelled.
 
 A tag's answer is taken as written (lists like "1, 2, 3", sentences, JSON, `a < b`), with only
 decoration removed: markdown/`\\boxed{}` wrappers, a trailing full stop after a single-token
@@ -16,13 +11,12 @@ A multi-line answer (grid, board, list of moves) goes on the lines after a bare 
     [ANSWER]
     1 2 3
     4 5 6
+
+Each reader returns the answer it found, or None; none raises, whatever the text.
 """
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-
-RULES = ("tag", "phrase", "last_number", "none")
 
 # A number as written in text: thousands commas only in groups of three ("1,000", not "1,2").
 _NUMBER = r"[-+]?\$?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?"
@@ -44,14 +38,8 @@ _EXPLANATION = re.compile(
     r"(" + _NUMBER + r"),\s+(?:and|because|since|so|as|which|but|given|i\.e\.|e\.g\.)\s"
     r"|(\S+),\s+(?:because|since|i\.e\.|e\.g\.)\s", re.IGNORECASE)
 _BOXED = re.compile(r"\\boxed\{(.*)\}", re.DOTALL)
-# Only the first bytes are searched: a huge completion cannot make extraction slow.
-_MAX_CHARS = 20_000
-
-
-@dataclass(frozen=True)
-class Extraction:
-    answer: str | None
-    rule: str
+# Only the first characters are searched: a huge completion cannot make extraction slow.
+MAX_CHARS = 20_000
 
 
 def normalize_number(text: str) -> str:
@@ -118,22 +106,7 @@ def _tag_line_answer(line: str) -> str:
     return s
 
 
-def _phrase(text: str) -> str | None:
-    best_pos, best = -1, None
-    for m in _ANSWER_IS.finditer(text):
-        captured = m.group(1)
-        number = _LAST_NUMBER.match(captured.strip().strip("*`"))
-        # "the answer is 12." -> 12 ; "the answer is Yes." -> Yes (up to the end of the sentence)
-        value = number.group(0) if number else _first_clause(captured)
-        if _clean(value) and m.start() > best_pos:
-            best_pos, best = m.start(), _clean(value)
-    for m in _EQUALS.finditer(text):
-        if m.start() > best_pos:
-            best_pos, best = m.start(), _clean(m.group(1))
-    return best
-
-
-def _tag(text: str) -> str | None:
+def tag(text: str) -> str | None:
     """The last tag that holds an answer."""
     found = [(m.start(), m) for m in _TAG_LINE.finditer(text)] + [(m.start(), m) for m in _TAG_XML.finditer(text)]
     for _, m in sorted(found, key=lambda p: p[0], reverse=True):
@@ -150,17 +123,23 @@ def _tag(text: str) -> str | None:
     return None
 
 
-def extract_answer(text: object) -> Extraction:
-    if not isinstance(text, str):
-        text = "" if text is None else str(text)
-    text = text[:_MAX_CHARS]
-    tag = _tag(text)
-    if tag:
-        return Extraction(tag, "tag")
-    phrase = _phrase(text)
-    if phrase:
-        return Extraction(phrase, "phrase")
+def phrase(text: str) -> str | None:
+    """The last "answer is x" or "= x" in the text."""
+    best_pos, best = -1, None
+    for m in _ANSWER_IS.finditer(text):
+        captured = m.group(1)
+        number = _LAST_NUMBER.match(captured.strip().strip("*`"))
+        # "the answer is 12." -> 12 ; "the answer is Yes." -> Yes (up to the end of the sentence)
+        value = number.group(0) if number else _first_clause(captured)
+        if _clean(value) and m.start() > best_pos:
+            best_pos, best = m.start(), _clean(value)
+    for m in _EQUALS.finditer(text):
+        if m.start() > best_pos:
+            best_pos, best = m.start(), _clean(m.group(1))
+    return best
+
+
+def last_number(text: str) -> str | None:
+    """The last number in the text."""
     numbers = _LAST_NUMBER.findall(text)
-    if numbers:
-        return Extraction(_clean(numbers[-1]), "last_number")
-    return Extraction(None, "none")
+    return _clean(numbers[-1]) if numbers else None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grpo_recipes.errors import ConfigError
+from grpo_common.errors import ConfigError
 
 # Reasoning openers a template may pre-fill at the start of the assistant turn.
 _OPENERS = ("<think>", "<reasoning>")
