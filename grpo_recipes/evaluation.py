@@ -189,7 +189,9 @@ class FixedEvaluator:
         metrics = summarize(examples, self.ks, self.prompt_format)
         metrics["seconds"] = round(time.time() - start, 2)
         if main and out_dir is not None:
+            # `verifiers`: what each task's score means, the same verifier (and test suite) as training's
             write_json_atomic(out_dir / f"eval_step_{step}.json", {"step": step, "metrics": metrics,
+                                                                   "verifiers": self.taskset.verifiers(),
                                                                    "examples": examples})
         if main:
             self.report(step, metrics, examples)

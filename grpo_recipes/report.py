@@ -231,6 +231,9 @@ def write_report(run_dir: str | Path) -> Path:
         # the rules the eval recorded: the run's formats' (code tasks add theirs where they fired)
         rules = [f"{r}: {m1[f'rule/{r}']:.0%}" for r in rule_names() if f"rule/{r}" in m1]
         lines += [f"Answers found at step {last} by rule: {', '.join(rules)}.", ""]
+        verifiers = evals[last].get("verifiers") or {}
+        lines += [f"Scored by: {'; '.join(f'{t}: {v}' for t, v in verifiers.items())} (training uses the same).",
+                  ""] if verifiers else []
         plots = make_plots(run_dir, run)
         lines += ["## Curves", ""] + [f"### {title}\n\n![{title}]({name})\n" for title, name in plots]
         lines += ["## Examples", ""] + _examples(evals)

@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from grpo_common.errors import ConfigError
-from grpo_common.formats import FORMATS, PromptFormat
-from rewards.common import completion_text, is_int, is_number
+from rewards.common import completion_text, entries, is_number
 from rewards.sandbox import Executor, Program, get_executor
 from rewards.train_stats import log_train_stats
 
@@ -258,38 +257,29 @@ def run_suites(solutions: Sequence[str | None], suites: Sequence[TestSuite], tim
     return outcomes
 
 
-def make_code_reward(base_weight: float = 1.0, perfect_bonus: float = 1.0, max_tests: int | None = 3,
-                     timeout: float = 2.0, code_format: PromptFormat | None = None):
+def make_code_reward(judge, base_weight: float = 1.0, perfect_bonus: float = 1.0):
     """`fraction of tests passed x base_weight + perfect_bonus x 1[all passed]` (the Q recipe's reward);
-    None for a row that is not a code task (TRL then leaves it out of the sum). `code_format` reads the
-    program (the run's: `formats.reader(prompt_format, code_task=True)`; None: `code`)."""
-    code_format = code_format or FORMATS["code"]
-    for key, value, low in (("base_weight", base_weight, None), ("perfect_bonus", perfect_bonus, None),
-                            ("timeout", timeout, 0)):
-        if not is_number(value) or (low is not None and value <= low):
-            raise ConfigError(f"dataset.rewards.code_tests.{key} must be a number{' > 0' if low == 0 else ''}, "
-                              f"got {value!r}")
-    if max_tests is not None and (not is_int(max_tests) or max_tests < 1):
-        raise ConfigError(f"dataset.rewards.code_tests.max_tests must be a positive integer or null, got {max_tests!r}")
+    None for a row that is not a code task (TRL then leaves it out of the sum).
+
+    `judge(texts, entries) -> [(Extraction, fraction passed)]` is the tasks' own verifier (TaskSet.judge):
+    the suite a completion runs is chosen by its task (`max_tests`, `test_timeout`), the same for the
+    eval, and each completion runs once however many rewards read its verdict."""
+    for key, value in (("base_weight", base_weight), ("perfect_bonus", perfect_bonus)):
+        if not is_number(value):
+            raise ConfigError(f"dataset.rewards.code_tests.{key} must be a number, got {value!r}")
 
     def reward(prompts, completions, **kwargs):
-        metadata = kwargs.get("metadata") or [None] * len(completions)
-        suites = [TestSuite.from_metadata(m) for m in metadata]
-        runnable = [i for i, s in enumerate(suites) if s is not None]
-        limited = [suites[i].limited(max_tests) for i in runnable]
-        codes = [code_format.extract(completion_text(completions[i])).answer for i in runnable]
-        outcomes = run_suites(codes, limited, timeout)
+        rows = entries(kwargs, len(completions))
+        runnable = [i for i, r in enumerate(rows) if TestSuite.from_metadata(r.get("metadata")) is not None]
+        judged = judge([completion_text(completions[i]) for i in runnable], [rows[i] for i in runnable])
         out: list[float | None] = [None] * len(completions)
-        perfect = [o.total > 0 and o.passed == o.total for o in outcomes]
-        for i, outcome, all_passed in zip(runnable, outcomes, perfect):
-            out[i] = outcome.fraction * base_weight + (perfect_bonus if all_passed else 0.0)
+        perfect = [fraction >= 1.0 for _, fraction in judged]
+        for i, (_, fraction), all_passed in zip(runnable, judged, perfect):
+            out[i] = fraction * base_weight + (perfect_bonus if all_passed else 0.0)
         if callable(kwargs.get("log_metric")) and runnable:  # per-task accuracy (all tests pass), group variance
-            def column(key):
-                values = kwargs.get(key) or [""] * len(completions)
-                return [values[i] for i in runnable]
-
-            log_train_stats(kwargs["log_metric"], column("question"), column("task"), [out[i] for i in runnable],
-                            perfect, codes)
+            log_train_stats(kwargs["log_metric"], [rows[i].get("question", "") for i in runnable],
+                            [rows[i].get("task", "unknown") for i in runnable], [out[i] for i in runnable],
+                            perfect, [extraction.answer for extraction, _ in judged])
         return out
 
     return reward

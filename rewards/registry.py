@@ -69,12 +69,21 @@ REWARDS: dict[str, tuple[Callable[..., Callable], dict[str, tuple | None]]] = {
     ),
     "length_scaled": (lambda ctx, scope="batch": make_length_scaled_reward(ctx.judge, scope),
                       {"scope": ("batch", "group")}),
-    "code_tests": (lambda ctx, **params: make_code_reward(
-                       **params, code_format=reader(ctx.prompt_format, code_task=True)),
+    "code_tests": (lambda ctx, base_weight=1.0, perfect_bonus=1.0, **moved: _code_reward(ctx, base_weight,
+                                                                                         perfect_bonus, moved),
                    {"base_weight": None, "perfect_bonus": None, "max_tests": None, "timeout": None}),
     "repetition": (lambda ctx, ngram_size=3, max_penalty=-1.0: make_repetition_reward(ngram_size, max_penalty),
                    {"ngram_size": None, "max_penalty": None}),
 }
+
+
+def _code_reward(ctx: RewardContext, base_weight, perfect_bonus, moved: dict[str, Any]) -> Callable:
+    if moved:  # the suite is the task's choice now, shared by training and eval
+        key = min(moved)
+        task_key = {"timeout": "test_timeout"}.get(key, key)
+        raise ConfigError(f"dataset.rewards.code_tests.{key}: set it on the code task instead, "
+                          f"dataset.tasks.<task>.config.{task_key}, so that training and eval run the same tests")
+    return make_code_reward(ctx.judge, base_weight, perfect_bonus)
 
 
 def register_reward(name: str, factory: Callable[..., Callable], params: dict[str, tuple | None] | None = None):

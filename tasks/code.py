@@ -30,15 +30,30 @@ INSTRUCTION = "Return the complete function in a single ```python code block."
 
 
 class CodeDataset(ProceduralDataset):
-    """Scores code answers (already extracted from the completion) by running the entry's tests."""
+    """Scores code answers (already extracted from the completion) by running the entry's tests.
+
+    The task's config chooses the suite once for training and eval alike: `max_tests` (at most that
+    many of each problem's tests, spread over the suite; None: all) and `test_timeout` (per test)."""
 
     def score_answer(self, answer: str | None, entry: dict[str, Any]) -> float:
         return self.score_answers([answer], [entry])[0]
 
     def score_answers(self, answers: list[str | None], entries: list[dict[str, Any]]) -> list[float]:
         suites = [TestSuite.from_metadata(e["metadata"]) for e in entries]
-        outcomes = run_suites(answers, suites, timeout=float(getattr(self.config, "test_timeout", 2.0)))
+        suites = [s.limited(self.config.max_tests) if s is not None else None for s in suites]
+        outcomes = run_suites(answers, suites, timeout=float(self.config.test_timeout))
         return [o.fraction for o in outcomes]
+
+    def verifier(self) -> str:
+        """What a score means, for the eval's JSON and the report."""
+        tests = "all of each problem's tests" if not self.config.max_tests else \
+            f"at most {self.config.max_tests} of each problem's tests (spread over the suite)"
+        return f"the fraction of {tests} that pass in the sandbox, {self.config.test_timeout:g} s per test"
+
+
+def check_max_tests(max_tests: int | None) -> None:
+    assert max_tests is None or (isinstance(max_tests, int) and max_tests >= 1), \
+        f"max_tests must be a positive integer or null, got {max_tests!r}"
 
 
 # ---------------------------------------------------------------- HumanEval
@@ -70,11 +85,13 @@ def humaneval_problems() -> list[dict[str, Any]]:
 @dataclass
 class HumanEvalConfig:
     test_timeout: float = 3.0  # seconds per test when scoring
+    max_tests: int | None = None  # None: the whole suite, as HumanEval is reported
     seed: int | None = None
     size: int = 164
 
     def validate(self) -> None:
         assert self.test_timeout > 0, "test_timeout must be > 0"
+        check_max_tests(self.max_tests)
 
 
 class HumanEvalDataset(CodeDataset):
@@ -146,6 +163,7 @@ TEMPLATES: dict[str, tuple[str, str, str, Any, Any]] = {
 class PythonFunctionsConfig:
     templates: tuple[str, ...] | list[str] | None = None  # None: all of TEMPLATES
     num_tests: int = 5
+    max_tests: int | None = None  # scored on at most this many (spread over the suite); None: all
     test_timeout: float = 2.0
     seed: int | None = None
     size: int = 500
@@ -155,6 +173,7 @@ class PythonFunctionsConfig:
         assert not unknown, f"unknown templates {unknown}; available: {', '.join(TEMPLATES)}"
         assert self.num_tests >= 1, "num_tests must be >= 1"
         assert self.test_timeout > 0, "test_timeout must be > 0"
+        check_max_tests(self.max_tests)
 
 
 class PythonFunctionsDataset(CodeDataset):
@@ -206,6 +225,7 @@ class CodeFileConfig:
     entry_point_column: str | None = "entry_point"
     setup_column: str | None = None
     solution_column: str | None = None
+    max_tests: int | None = None  # scored on at most this many (spread over the suite); None: all
     test_timeout: float = 2.0
     seed: int | None = None
     size: int = 500
@@ -213,6 +233,7 @@ class CodeFileConfig:
     def validate(self) -> None:
         assert self.path not in (None, "", "???"), "path is not set: give the problems file, e.g. problems.jsonl"
         assert self.test_timeout > 0, "test_timeout must be > 0"
+        check_max_tests(self.max_tests)
         self.problems()
 
     def problems(self) -> list[dict[str, Any]]:

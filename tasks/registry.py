@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,6 +29,7 @@ code.register()
 
 # Keys every reasoning-gym config has that the recipe sets itself (from dataset.seed / sizes).
 _MANAGED_KEYS = {"seed", "size"}
+JUDGED_KEPT = 4096  # verdicts TaskSet.judge remembers (a few steps' completions and an eval)
 
 
 # reasoning-gym registers its mixture wrapper as a dataset; mixtures are `dataset.tasks` here.
@@ -153,6 +155,9 @@ class TaskSet:
         formats.get_format(prompt_format)  # an unknown name fails here, not at the first answer
         self.prompt_format = prompt_format
         self._scorer = self._composite(size=1, seed=0)
+        # One verification per completion: the rewards of a step (code_tests, accuracy, ...) and a later
+        # eval of the same text share it. Keyed by the text and the entry it answers.
+        self._judged: OrderedDict[tuple, tuple[Extraction, float]] = OrderedDict()
 
     @property
     def names(self) -> list[str]:
@@ -180,22 +185,36 @@ class TaskSet:
         return self.reader(task).extract(text)
 
     def judge(self, texts: list[str], entries: list[Mapping[str, Any]]) -> list[tuple[Extraction, float]]:
-        """Extract and score a batch; tasks that score in batches (code: programs run in parallel) do."""
-        extractions = [self.extract(t, e.get("task")) for t, e in zip(texts, entries)]
-        scores = [0.0] * len(entries)
+        """Extract and score a batch, each (text, entry) once; tasks that score in batches (code: programs
+        run in parallel) do."""
+        keys = [(str(e.get("task")), t, str(e.get("question")), str(e.get("answer")), str(e.get("metadata")))
+                for t, e in zip(texts, entries)]
+        todo = [i for i, k in enumerate(keys) if k not in self._judged]
         by_task: dict[str, list[int]] = {}
-        for i, e in enumerate(entries):
-            by_task.setdefault(str(e.get("task")), []).append(i)
+        for i in todo:
+            by_task.setdefault(keys[i][0], []).append(i)
         for task, idx in by_task.items():
+            extractions = {i: self.extract(texts[i], entries[i].get("task")) for i in idx}
             dataset = self._scorer.datasets.get(task)
             if dataset is not None and hasattr(dataset, "score_answers"):
-                batch = dataset.score_answers([extractions[i].answer for i in idx], [entries[i] for i in idx])
-                for i, s in zip(idx, batch):
-                    scores[i] = float(s)
+                scores = dataset.score_answers([extractions[i].answer for i in idx], [entries[i] for i in idx])
             else:
-                for i in idx:
-                    scores[i] = self.score(extractions[i].answer, entries[i])
-        return list(zip(extractions, scores))
+                scores = [self.score(extractions[i].answer, entries[i]) for i in idx]
+            for i, score in zip(idx, scores):
+                self._judged[keys[i]] = (extractions[i], float(score))
+        out = [self._judged[k] for k in keys]
+        while len(self._judged) > JUDGED_KEPT:
+            self._judged.popitem(last=False)
+        return out
+
+    def verifiers(self) -> dict[str, str]:
+        """What each task's score means (the eval's JSON and the report say it)."""
+        out = {}
+        for name in self.names:
+            dataset = self._scorer.datasets.get(name)
+            out[name] = dataset.verifier() if hasattr(dataset, "verifier") else \
+                "the task's own verifier (score_answer), correct at a score of 1"
+        return out
 
     def score(self, answer: str | None, entry: Mapping[str, Any]) -> float:
         """The task's own verifier; never raises (a verifier crash on odd input scores 0)."""

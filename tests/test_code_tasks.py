@@ -89,8 +89,8 @@ def test_judge_mixes_code_and_answer_tasks():
     assert {ex.rule for ex, _ in judged} == {"fenced", "tag"}
 
 
-def _reward(spec):
-    ts = TaskSet({"python_functions": {"config": {"templates": ["add_k"], "num_tests": 5}}})
+def _reward(spec, max_tests=None):
+    ts = TaskSet({"python_functions": {"config": {"templates": ["add_k"], "num_tests": 5, "max_tests": max_tests}}})
     funcs, _ = build_rewards(spec, RewardContext(ts.score, "code", judge=ts.judge))
     return funcs[0], [to_row(e, None) for e in ts.sample(4, seed=0)]
 
@@ -100,7 +100,7 @@ def _columns(rows):
 
 
 def test_code_tests_reward_fraction_plus_perfect_bonus():
-    reward, rows = _reward({"code_tests": {"base_weight": 1.0, "perfect_bonus": 0.5, "max_tests": 3}})
+    reward, rows = _reward({"code_tests": {"base_weight": 1.0, "perfect_bonus": 0.5}}, max_tests=3)
     row = rows[0]
     k = int(row["answer"].split("+ ")[1])
     name = json.loads(row["metadata"])["entry_point"]
@@ -126,10 +126,32 @@ def test_code_tests_reward_is_none_for_non_code_rows_and_validates_options():
     arithmetic = to_row(TaskSet({"basic_arithmetic": {}}).sample(1, seed=0)[0], None)
     out = reward([None] * 2, [f"```python\n{rows[0]['answer']}```", "[ANSWER] 3"], **_columns([rows[0], arithmetic]))
     assert out == [2.0, None]
-    with pytest.raises(ConfigError, match="dataset.rewards.code_tests.timeout must be a number > 0"):
-        _reward({"code_tests": {"timeout": 0}})
-    with pytest.raises(ConfigError, match="max_tests must be a positive integer"):
-        _reward({"code_tests": {"max_tests": 0}})
+    with pytest.raises(ConfigError, match="dataset.rewards.code_tests.base_weight must be a number"):
+        _reward({"code_tests": {"base_weight": "x"}})
+    with pytest.raises(ConfigError, match="code_tests.timeout: set it on the code task instead, "
+                                          "dataset.tasks.<task>.config.test_timeout"):
+        _reward({"code_tests": {"timeout": 1.0}})
+    with pytest.raises(ConfigError, match="max_tests must be a positive integer or null"):
+        _reward({"code_tests": {}}, max_tests=0)
+
+
+def test_one_verification_per_completion_shared_by_rewards_and_the_eval(monkeypatch):
+    """code_tests and accuracy read one verdict per completion, from the task's verifier and suite; the
+    eval's judge gives the same verdict without running the program again."""
+    import tasks.code
+
+    ts = TaskSet({"python_functions": {"config": {"templates": ["add_k"], "num_tests": 5, "max_tests": 3}}})
+    funcs, _ = build_rewards({"code_tests": {}, "accuracy": {}}, RewardContext(ts.score, "code", judge=ts.judge))
+    row = to_row(ts.sample(1, seed=0)[0], None)
+    runs = []
+    real = tasks.code.run_suites
+    monkeypatch.setattr(tasks.code, "run_suites", lambda *a, **k: runs.append(len(a[0])) or real(*a, **k))
+    completions = [f"```python\n{row['answer']}```", "```python\ndef f(x):\n    return 0\n```"]
+    assert [f([None] * 2, completions, **_columns([row] * 2)) for f in funcs] == [[2.0, 0.0], [1.0, 0.0]]
+    assert [extraction.rule for extraction, _ in ts.judge(completions, [row] * 2)] == ["fenced", "fenced"]
+    assert runs == [2]  # both completions ran once, in one batch
+    assert ts.verifiers() == {"python_functions": "the fraction of at most 3 of each problem's tests (spread over "
+                                                  "the suite) that pass in the sandbox, 2 s per test"}
 
 
 def test_max_tests_limits_the_tests_run():
