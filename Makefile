@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 ARGS ?=
 
-.PHONY: setup train test test-fast clean
+.PHONY: setup train test test-fast lint clean
 
 # torch first and pinned: on a CPU-only machine this keeps the CPU wheel; an unpinned
 # torch (asked for by a dependency) would pull several GB of CUDA packages.
@@ -23,6 +23,10 @@ train: setup
 
 test: setup
 	$(BIN)/python -m pytest -q $(ARGS)
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow" $(ARGS)

@@ -11,6 +11,7 @@ The command line is checked before Hydra runs anything (grpo_recipes/preflight.p
 one line and exit code 2, with nothing created. Heavy libraries are imported inside the job, so
 the check, `--cfg job` and `--help` stay fast.
 """
+
 import sys
 from pathlib import Path
 

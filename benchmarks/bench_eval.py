@@ -4,6 +4,7 @@
 
 Prints both times (median of --repeat), the speed-up and whether the greedy outputs are identical.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,8 +25,9 @@ def main() -> None:
     cfg, taskset, _, rows, model, tokenizer = default_setup(eval_size=args.problems)
     model.eval()
     max_new = cfg["grpo"]["max_completion_length"]
-    batched = FixedEvaluator(rows, taskset, tokenizer, "answer_tag", max_new_tokens=max_new,
-                             batch_size=cfg["eval"]["batch_size"])
+    batched = FixedEvaluator(
+        rows, taskset, tokenizer, "answer_tag", max_new_tokens=max_new, batch_size=cfg["eval"]["batch_size"]
+    )
     indices = list(range(len(rows)))
 
     def one_at_a_time():
@@ -34,14 +36,25 @@ def main() -> None:
         for i in indices:
             enc = tokenizer(batched.texts[i], return_tensors="pt", add_special_tokens=False)
             with torch.no_grad():
-                ids = model.generate(**enc, max_new_tokens=max_new, do_sample=False, top_p=None, top_k=None,
-                                     temperature=None, pad_token_id=tokenizer.pad_token_id)
-            out.append(tokenizer.decode(ids[0, enc["input_ids"].shape[1]:], skip_special_tokens=True))
+                ids = model.generate(
+                    **enc,
+                    max_new_tokens=max_new,
+                    do_sample=False,
+                    top_p=None,
+                    top_k=None,
+                    temperature=None,
+                    pad_token_id=tokenizer.pad_token_id,
+                )
+            out.append(tokenizer.decode(ids[0, enc["input_ids"].shape[1] :], skip_special_tokens=True))
         return out
 
     print(f"machine: {machine()}")
-    print(f"{len(rows)} problems, greedy, max {max_new} new tokens, eval batch size {cfg['eval']['batch_size']}")
-    t_batched, all_b, result_b = timed(lambda: [c for c, _, _ in batched.generate(model, indices)], args.repeat)
+    print(
+        f"{len(rows)} problems, greedy, max {max_new} new tokens, eval batch size {cfg['eval']['batch_size']}"
+    )
+    t_batched, all_b, result_b = timed(
+        lambda: [c for c, _, _ in batched.generate(model, indices)], args.repeat
+    )
     t_single, all_s, result_s = timed(one_at_a_time, args.repeat)
     same = sum(a == b for a, b in zip(result_b, result_s))
     print(f"batched fixed eval:      {t_batched:7.2f} s  (runs: {', '.join(f'{t:.2f}' for t in all_b)})")

@@ -3,6 +3,7 @@ parallel versus one by one (the code_tests reward's path).
 
     python -m benchmarks.bench_sandbox --repeat 3
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,10 @@ def main() -> None:
     suites = [TestSuite.from_metadata(e["metadata"]) for e in entries]
     seconds, _, outcomes = timed(lambda: run_suites([e["answer"] for e in entries], suites, 3.0, parallel), 1)
     passed = sum(o.passed == o.total for o in outcomes)
-    print(f"HumanEval canonical solutions passing all their tests: {passed}/164 "
-          f"({sum(o.total for o in outcomes)} tests) in {seconds:.1f} s")
+    print(
+        f"HumanEval canonical solutions passing all their tests: {passed}/164 "
+        f"({sum(o.total for o in outcomes)} tests) in {seconds:.1f} s"
+    )
 
     tasks = PythonFunctionsDataset(PythonFunctionsConfig(seed=0, size=args.batch))
     batch = [tasks[i] for i in range(args.batch)]
@@ -42,9 +45,14 @@ def main() -> None:
     ser, ser_runs, _ = timed(lambda: run_suites(codes, suites, 2.0, serial), args.repeat)
     assert all(o.passed == o.total for o in out)
     print(f"{args.batch} programs (python_functions reference solutions, 3 tests each):")
-    print(f"  parallel ({parallel.workers} workers): {par:6.2f} s  (runs: {', '.join(f'{t:.2f}' for t in par_runs)})")
+    print(
+        f"  parallel ({parallel.workers} workers): {par:6.2f} s  (runs: "
+        f"{', '.join(f'{t:.2f}' for t in par_runs)})"
+    )
     print(f"  one by one:           {ser:6.2f} s  (runs: {', '.join(f'{t:.2f}' for t in ser_runs)})")
-    print(f"  speed-up:             {ser / par:6.2f} x  ({1000 * ser / args.batch:.0f} ms a program one by one)")
+    print(
+        f"  speed-up:             {ser / par:6.2f} x  ({1000 * ser / args.batch:.0f} ms a program one by one)"
+    )
 
 
 if __name__ == "__main__":

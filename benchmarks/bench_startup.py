@@ -6,6 +6,7 @@ end of the first training step of the default run (embedded model already conver
 The launch-to-first-step time is read from the run's own files: the process start time versus the
 first train line of metrics.jsonl, with the step-0 baseline eval shown separately.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,16 +22,31 @@ from benchmarks.common import ROOT, machine, timed
 
 
 def cfg_job() -> None:
-    subprocess.run([sys.executable, str(ROOT / "train_grpo.py"), "--cfg", "job"], check=True, cwd=ROOT,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, str(ROOT / "train_grpo.py"), "--cfg", "job"],
+        check=True,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+    )
 
 
 def first_step(extra: list[str]) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as out:
         start = time.time()
-        proc = subprocess.Popen([sys.executable, str(ROOT / "train_grpo.py"), "max_steps=2", f"output_root={out}",
-                                 "run_name=s", *extra], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                str(ROOT / "train_grpo.py"),
+                "max_steps=2",
+                f"output_root={out}",
+                "run_name=s",
+                *extra,
+            ],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
+        )
         metrics = Path(out) / "s" / "metrics.jsonl"
         marks = {}
         while proc.poll() is None and "train" not in marks:
@@ -55,16 +71,22 @@ def main() -> None:
     args = parser.parse_args()
     print(f"machine: {machine()}")
     t, runs, _ = timed(cfg_job, args.repeat)
-    print(f"python train_grpo.py --cfg job: {t:.2f} s median (runs: {', '.join(f'{x:.2f}' for x in runs)}) "
-          "(target <= 3)")
-    for label, extra in [("default (128-problem baseline eval first)", []),
-                         ("with a 16-problem baseline eval", ["eval.size=16"])]:
+    print(
+        f"python train_grpo.py --cfg job: {t:.2f} s median (runs: {', '.join(f'{x:.2f}' for x in runs)}) "
+        "(target <= 3)"
+    )
+    for label, extra in [
+        ("default (128-problem baseline eval first)", []),
+        ("with a 16-problem baseline eval", ["eval.size=16"]),
+    ]:
         marks = [first_step(extra) for _ in range(max(1, args.repeat // 2))]
         firsts = sorted(m["train"] for m in marks)
         m = marks[0]
-        print(f"launch -> first training step done, {label}: {firsts[len(firsts) // 2]:.1f} s median "
-              f"(baseline eval {m['eval_seconds']:.1f} s of it, first step {m['step_time']:.1f} s; "
-              f"launch -> start of step 1: {firsts[len(firsts) // 2] - m['step_time']:.1f} s) (target <= 25)")
+        print(
+            f"launch -> first training step done, {label}: {firsts[len(firsts) // 2]:.1f} s median "
+            f"(baseline eval {m['eval_seconds']:.1f} s of it, first step {m['step_time']:.1f} s; "
+            f"launch -> start of step 1: {firsts[len(firsts) // 2] - m['step_time']:.1f} s) (target <= 25)"
+        )
 
 
 if __name__ == "__main__":

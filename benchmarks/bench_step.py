@@ -14,6 +14,7 @@ and per recipe: generation tokens/s, training tokens/s, model FLOPs utilisation 
 peak, known for common GPUs) and peak GPU memory; and the process's peak RSS (the full default
 run's figure comes from `/usr/bin/time -v python train_grpo.py`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,8 +51,9 @@ class Timings:
         setattr(obj, name, timed)
 
 
-def run_trainer(model, tokenizer, train, reward_funcs, kwargs, steps: int, timings: Timings | None,
-                recipe: bool = False):
+def run_trainer(
+    model, tokenizer, train, reward_funcs, kwargs, steps: int, timings: Timings | None, recipe: bool = False
+):
     """recipe: with this package's fast paths (grpo_recipes.fast_paths), as train_grpo.py builds it."""
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -69,18 +71,34 @@ def run_trainer(model, tokenizer, train, reward_funcs, kwargs, steps: int, timin
 
         def on_log(self, args, state, control, logs=None, **kw):
             if logs and "completions/mean_length" in logs:
-                tokens.append(logs["completions/mean_length"] * args.per_device_train_batch_size
-                              * args.gradient_accumulation_steps)
+                tokens.append(
+                    logs["completions/mean_length"]
+                    * args.per_device_train_batch_size
+                    * args.gradient_accumulation_steps
+                )
                 seen.append(float(logs["num_tokens"]))  # cumulative prompt + completion tokens
 
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
 
     with tempfile.TemporaryDirectory() as out:
-        args = GRPOConfig(output_dir=out, max_steps=steps, logging_steps=1, save_strategy="no", report_to="none",
-                          disable_tqdm=True, **kwargs)
-        trainer = GRPOTrainer(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train,
-                              processing_class=tokenizer, callbacks=[StepClock()])
+        args = GRPOConfig(
+            output_dir=out,
+            max_steps=steps,
+            logging_steps=1,
+            save_strategy="no",
+            report_to="none",
+            disable_tqdm=True,
+            **kwargs,
+        )
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=reward_funcs,
+            args=args,
+            train_dataset=train,
+            processing_class=tokenizer,
+            callbacks=[StepClock()],
+        )
         if recipe:
             print("fast paths:", fast_paths.apply(trainer))
         if timings is not None:
@@ -104,6 +122,7 @@ def run_trainer(model, tokenizer, train, reward_funcs, kwargs, steps: int, timin
 @dataclass
 class Run:
     """Per step: wall time, completion tokens, all tokens through the model (prompt + completion)."""
+
     step_times: list[float]
     completion_tokens: list[float]
     input_tokens: list[float]
@@ -127,22 +146,34 @@ def floor_step(model, tokenizer, rows, completion_length: int, num_generations: 
     times, tokens = [], []
     per_step = 2
     for step in range(steps):
-        batch = rows[step * per_step:(step + 1) * per_step]
-        texts = [tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False)
-                 for r in batch for _ in range(num_generations)]
-        enc = tokenizer(texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+        batch = rows[step * per_step : (step + 1) * per_step]
+        texts = [
+            tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False)
+            for r in batch
+            for _ in range(num_generations)
+        ]
+        enc = tokenizer(
+            texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False
+        )
         enc = {k: v.to(model.device) for k, v in enc.items()}
         start = time.perf_counter()
         model.eval()
         with torch.no_grad(), torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=bf16):
-            out = model.generate(**enc, max_new_tokens=completion_length, do_sample=True, temperature=1.0,
-                                 top_p=1.0, top_k=0, pad_token_id=tokenizer.pad_token_id)
+            out = model.generate(
+                **enc,
+                max_new_tokens=completion_length,
+                do_sample=True,
+                temperature=1.0,
+                top_p=1.0,
+                top_k=0,
+                pad_token_id=tokenizer.pad_token_id,
+            )
         model.train()
         mask = (out != tokenizer.pad_token_id).long()
         mask[:, : enc["input_ids"].shape[1]] = enc["attention_mask"]
         with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=bf16):
-            logits = model(input_ids=out, attention_mask=mask).logits[:, enc["input_ids"].shape[1] - 1:-1]
-        logps = torch.log_softmax(logits.float(), -1).gather(-1, out[:, enc["input_ids"].shape[1]:, None])
+            logits = model(input_ids=out, attention_mask=mask).logits[:, enc["input_ids"].shape[1] - 1 : -1]
+        logps = torch.log_softmax(logits.float(), -1).gather(-1, out[:, enc["input_ids"].shape[1] :, None])
         loss = -logps.mean()
         loss.backward()
         optimizer.step()
@@ -150,7 +181,7 @@ def floor_step(model, tokenizer, rows, completion_length: int, num_generations: 
         if model.device.type == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
-        tokens.append(int(mask[:, enc["input_ids"].shape[1]:].sum()))
+        tokens.append(int(mask[:, enc["input_ids"].shape[1] :].sum()))
     return times[1:], tokens[1:]
 
 
@@ -169,12 +200,25 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--trl-steps", type=int, default=3)
-    parser.add_argument("--model", choices=["embedded", "qwen2.5-0.5b-shape"], default="embedded",
-                        help="qwen2.5-0.5b-shape: random weights in Qwen2.5-0.5B's shape (target 7; bf16 on a GPU)")
-    parser.add_argument("--peak-tflops", type=float, default=None,
-                        help="the device's peak for MFU (default: known GPUs by name; none on a CPU)")
-    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="GRPOConfig overrides for our recipe, to try a variant (e.g. bf16=false)")
+    parser.add_argument(
+        "--model",
+        choices=["embedded", "qwen2.5-0.5b-shape"],
+        default="embedded",
+        help="qwen2.5-0.5b-shape: random weights in Qwen2.5-0.5B's shape (target 7; bf16 on a GPU)",
+    )
+    parser.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=None,
+        help="the device's peak for MFU (default: known GPUs by name; none on a CPU)",
+    )
+    parser.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="GRPOConfig overrides for our recipe, to try a variant (e.g. bf16=false)",
+    )
     parser.add_argument("--skip-trl", action="store_true", help="leave out the plain-TRL comparison")
     args = parser.parse_args()
 
@@ -195,24 +239,48 @@ def main() -> None:
     funcs, weights = build_rewards(cfg["dataset"]["rewards"], RewardContext(taskset.score, "answer_tag"))
     ours = build_grpo_kwargs(cfg, hw, reward_weights=weights)
     resolve_activation_checkpointing(ours, model, hw, lora=False)
-    for key in ("max_steps", "output_dir", "report_to", "logging_steps", "save_strategy", "save_steps",
-                "save_total_limit", "run_name"):
+    for key in (
+        "max_steps",
+        "output_dir",
+        "report_to",
+        "logging_steps",
+        "save_strategy",
+        "save_steps",
+        "save_total_limit",
+        "run_name",
+    ):
         ours.pop(key, None)
     for item in args.set:
         key, value = item.split("=", 1)
         ours[key] = yaml.safe_load(value)
     batch = {k: ours[k] for k in ("per_device_train_batch_size", "num_generations", "max_completion_length")}
     print(f"machine: {machine()}; commit {git_rev()}")
-    print(f"model: {args.model} ({n_params / 1e6:.0f} M parameters, {str(model.dtype).replace('torch.', '')} weights)")
-    print(f"our recipe on this hardware: {'bf16 autocast' if ours.get('bf16') else 'fp32'}, activation checkpointing "
-          f"{'on' if ours.get('activation_checkpointing') else 'off'}")
-    print(f"batch: {batch['per_device_train_batch_size'] // batch['num_generations']} prompts x "
-          f"{batch['num_generations']} completions, max {batch['max_completion_length']} tokens; medians after 1 warm-up step")
+    print(
+        f"model: {args.model} ({n_params / 1e6:.0f} M parameters, {str(model.dtype).replace('torch.', '')} "
+        "weights)"
+    )
+    print(
+        f"our recipe on this hardware: {'bf16 autocast' if ours.get('bf16') else 'fp32'}, activation "
+        "checkpointing "
+        f"{'on' if ours.get('activation_checkpointing') else 'off'}"
+    )
+    print(
+        f"batch: {batch['per_device_train_batch_size'] // batch['num_generations']} prompts x "
+        f"{batch['num_generations']} completions, max {batch['max_completion_length']} tokens; medians "
+        "after 1 warm-up step"
+    )
 
     base_state = copy.deepcopy(model.state_dict())
     rows = list(train)
-    f_times, f_tokens = floor_step(model, tokenizer, rows, batch["max_completion_length"], batch["num_generations"],
-                                   args.steps, bf16=bool(ours.get("bf16")))
+    f_times, f_tokens = floor_step(
+        model,
+        tokenizer,
+        rows,
+        batch["max_completion_length"],
+        batch["num_generations"],
+        args.steps,
+        bf16=bool(ours.get("bf16")),
+    )
     floor = statistics.median(f_times)
 
     reset(model, base_state)
@@ -226,15 +294,25 @@ def main() -> None:
         plain = dict(batch, use_cpu=not hw.gpu)  # TRL's own defaults for everything else
         t_run = run_trainer(model, tokenizer, train, funcs, plain, args.trl_steps, t_timings)
 
-    print(f"\nfloor (generate + forward/backward + AdamW, same precision): {floor:6.2f} s/step, "
-          f"{sum(f_tokens) / sum(f_times):6.1f} completion tokens/s")
-    print(f"ours (default recipe):                     {step:6.2f} s/step, {o_run.rate():6.1f} completion tokens/s")
+    print(
+        f"\nfloor (generate + forward/backward + AdamW, same precision): {floor:6.2f} s/step, "
+        f"{sum(f_tokens) / sum(f_times):6.1f} completion tokens/s"
+    )
+    print(
+        f"ours (default recipe):                     {step:6.2f} s/step, {o_run.rate():6.1f} completion "
+        "tokens/s"
+    )
     if t_run is not None:
-        print(f"plain TRL defaults:                        {statistics.median(t_run.step_times[1:]):6.2f} s/step, "
-              f"{t_run.rate():6.1f} completion tokens/s")
+        print(
+            f"plain TRL defaults:                        {statistics.median(t_run.step_times[1:]):6.2f} "
+            "s/step, "
+            f"{t_run.rate():6.1f} completion tokens/s"
+        )
     print(f"\n1. step overhead, ours / floor:            {step / floor:5.2f}   (target <= 1.15)")
     if t_run is not None:
-        print(f"2. tokens/s, ours / plain TRL defaults:    {o_run.rate() / t_run.rate():5.2f}   (target >= 3)")
+        print(
+            f"2. tokens/s, ours / plain TRL defaults:    {o_run.rate() / t_run.rate():5.2f}   (target >= 3)"
+        )
     n = len(timings.parts["generation"]) or 1
     print("\nbreakdown of our step (mean over all steps, warm-up included):")
     accounted = 0.0
@@ -242,7 +320,9 @@ def main() -> None:
         per_step = sum(timings.parts[label]) / n
         accounted += per_step
         print(f"  {label:28s} {per_step:6.2f} s")
-    mean_step = sum(o_run.step_times) / len(o_run.step_times)  # the breakdown covers every step, warm-up included
+    mean_step = sum(o_run.step_times) / len(
+        o_run.step_times
+    )  # the breakdown covers every step, warm-up included
     print(f"  {'the rest (data, logging, ...)':28s} {max(0.0, mean_step - accounted):6.2f} s")
 
     peak = peak_tflops(args.peak_tflops)
@@ -256,8 +336,11 @@ def main() -> None:
         # (recomputation and attention not counted), over every prompt and completion token.
         flops = 8 * n_params * sum(run.input_tokens[1:])
         mfu = f", MFU {100 * flops / sum(run.step_times[1:]) / (peak * 1e12):.1f} %" if peak else ""
-        print(f"  {name:10s} generation {gen_rate:8.1f} tokens/s, training {run.rate():8.1f} completion tokens/s"
-              f"{mfu}, peak GPU memory {run.peak_gpu_gib:.2f} GiB")
+        print(
+            f"  {name:10s} generation {gen_rate:8.1f} tokens/s, training {run.rate():8.1f} completion "
+            "tokens/s"
+            f"{mfu}, peak GPU memory {run.peak_gpu_gib:.2f} GiB"
+        )
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 / 1024
     print(f"\npeak RSS of this benchmark process (three trainers in turn): {rss:.2f} GiB")
 

@@ -1,4 +1,5 @@
 """Shared by the benchmark scripts: the machine, medians, and the default run's data and model."""
+
 from __future__ import annotations
 
 import os
@@ -21,7 +22,9 @@ def machine() -> str:
                 cpu = line.split(":", 1)[1].strip()
                 break
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
-    return f"{cpu}, {os.cpu_count()} cores, {gpu}, Python {platform.python_version()}, torch {torch.__version__}"
+    return (
+        f"{cpu}, {os.cpu_count()} cores, {gpu}, Python {platform.python_version()}, torch {torch.__version__}"
+    )
 
 
 def timed(fn, repeat: int) -> tuple[float, list[float], object]:
@@ -53,13 +56,23 @@ def default_setup(eval_size: int | None = None):
 
 
 # Qwen2.5-0.5B-Instruct's shape (its config.json), for target 7: random weights, nothing downloaded.
-QWEN25_05B_SHAPE = {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14,
-                    "num_key_value_heads": 2, "vocab_size": 151936, "max_position_embeddings": 32768,
-                    "rope_theta": 1e6, "tie_word_embeddings": True, "rms_norm_eps": 1e-6}
+QWEN25_05B_SHAPE = {
+    "hidden_size": 896,
+    "intermediate_size": 4864,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "vocab_size": 151936,
+    "max_position_embeddings": 32768,
+    "rope_theta": 1e6,
+    "tie_word_embeddings": True,
+    "rms_norm_eps": 1e-6,
+}
 
 
 def qwen25_05b_shaped_model(dtype, seed: int = 0):
-    """A Qwen2 model with Qwen2.5-0.5B's shape and random weights (the embedded tokenizer's ids fit its vocab)."""
+    """A Qwen2 model with Qwen2.5-0.5B's shape and random weights (the embedded tokenizer's ids fit its
+    vocab)."""
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 

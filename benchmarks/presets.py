@@ -11,6 +11,7 @@ the gain in points, the recipe's own reward on the fixed eval where the preset n
 minutes (set-up excluded: from the process start to the end, minus the model's first load),
 seconds per training step, and the peak RSS of the run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,30 +41,45 @@ MARK_BEGIN, MARK_END = "<!-- presets table: begin -->", "<!-- presets table: end
 def run_preset(name: str, seed: int, out: Path) -> dict:
     overrides, metric = PRESETS[name]
     run_name = f"{name.replace(' ', '_')}-seed{seed}"
-    cmd = [sys.executable, str(ROOT / "train_grpo.py"), *overrides, f"seed={seed}", f"output_root={out}",
-           f"run_name={run_name}"]
+    cmd = [
+        sys.executable,
+        str(ROOT / "train_grpo.py"),
+        *overrides,
+        f"seed={seed}",
+        f"output_root={out}",
+        f"run_name={run_name}",
+    ]
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     start = time.time()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+    proc = subprocess.run(
+        cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+    )
     seconds = time.time() - start
     peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     run_dir = out / run_name
     if proc.returncode != 0:
         return {"preset": name, "seed": seed, "error": (proc.stderr or proc.stdout).strip().splitlines()[-1:]}
-    evals = {int(p.stem.rsplit("_", 1)[1]): json.loads(p.read_text())["metrics"]
-             for p in (run_dir / "eval_results").glob("eval_step_*.json")}
+    evals = {
+        int(p.stem.rsplit("_", 1)[1]): json.loads(p.read_text())["metrics"]
+        for p in (run_dir / "eval_results").glob("eval_step_*.json")
+    }
     first, last = min(evals), max(evals)
     train = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     step_times = [r["train/step_time"] for r in train if "train/step_time" in r]
     log = (run_dir / "train.log").read_text()
     setup = _setup_seconds(log)
     return {
-        "preset": name, "seed": seed, "task": ", ".join(sorted(_tasks(evals[first]))), "metric": metric,
-        "baseline": evals[first].get(metric), "final": evals[last].get(metric), "steps": last,
+        "preset": name,
+        "seed": seed,
+        "task": ", ".join(sorted(_tasks(evals[first]))),
+        "metric": metric,
+        "baseline": evals[first].get(metric),
+        "final": evals[last].get(metric),
+        "steps": last,
         "recipe_reward": (evals[first].get("recipe_reward"), evals[last].get("recipe_reward")),
-        "minutes": (seconds - setup) / 60, "s_per_step": sum(step_times) / len(step_times) if step_times else None,
-        "peak_rss_gib": (peak_kib if peak_kib > before else before) / 2**20,
+        "minutes": (seconds - setup) / 60,
+        "s_per_step": sum(step_times) / len(step_times) if step_times else None,
+        "peak_rss_gib": (max(before, peak_kib)) / 2**20,
     }
 
 
@@ -73,29 +89,41 @@ def _tasks(metrics: dict) -> set[str]:
 
 def _setup_seconds(log: str) -> float:
     """Seconds from the first log line to the 'Run dir' line (model load, data): not part of the recipe."""
-    stamps = re.findall(r"^(\d\d):(\d\d):(\d\d) INFO", log, re.M)
-    run_dir = re.search(r"^(\d\d):(\d\d):(\d\d) INFO \S+: Run dir", log, re.M)
+    stamps = re.findall(r"^(\d\d):(\d\d):(\d\d) INFO", log, re.MULTILINE)
+    run_dir = re.search(r"^(\d\d):(\d\d):(\d\d) INFO \S+: Run dir", log, re.MULTILINE)
     if not stamps or not run_dir:
         return 0.0
-    to_s = lambda h, m, s: int(h) * 3600 + int(m) * 60 + int(s)  # noqa: E731
+    to_s = lambda h, m, s: int(h) * 3600 + int(m) * 60 + int(s)
     return max(0.0, to_s(*run_dir.groups()) - to_s(*stamps[0]))
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| preset | task | seed | metric | step 0 | final | gain | recipe reward (step 0 -> final) | minutes "
-             "| s/step | peak RSS |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        (
+            "| preset | task | seed | metric | step 0 | final | gain | recipe reward (step 0 -> final) | "
+            "minutes "
+            "| s/step | peak RSS |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['preset']} | | {r['seed']} | failed: {' '.join(r['error'])} | | | | | | | |")
             continue
-        pct = lambda x: "" if x is None else f"{100 * x:.1f} %"  # noqa: E731
-        gain = "" if r["baseline"] is None or r["final"] is None else f"{100 * (r['final'] - r['baseline']):+.1f}"
+        pct = lambda x: "" if x is None else f"{100 * x:.1f} %"
+        gain = (
+            ""
+            if r["baseline"] is None or r["final"] is None
+            else f"{100 * (r['final'] - r['baseline']):+.1f}"
+        )
         before, after = r["recipe_reward"]
         recipe = "" if before is None else f"{before:.3f} -> {after:.3f}"
         step = "" if r["s_per_step"] is None else f"{r['s_per_step']:.1f}"
-        lines.append(f"| {r['preset']} | {r['task']} | {r['seed']} | {r['metric']} | {pct(r['baseline'])} | "
-                     f"{pct(r['final'])} | {gain} | {recipe} | {r['minutes']:.1f} | {step} | "
-                     f"{r['peak_rss_gib']:.1f} GiB |")
+        lines.append(
+            f"| {r['preset']} | {r['task']} | {r['seed']} | {r['metric']} | {pct(r['baseline'])} | "
+            f"{pct(r['final'])} | {gain} | {recipe} | {r['minutes']:.1f} | {step} | "
+            f"{r['peak_rss_gib']:.1f} GiB |"
+        )
     return "\n".join(lines)
 
 
@@ -109,11 +137,17 @@ def write_between_marks(path: Path, text: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--only", nargs="+", choices=sorted(PRESETS), default=list(PRESETS))
-    parser.add_argument("--write", action="store_true", help="fill the presets block of RESULTS.md and README.md")
-    parser.add_argument("--keep", type=Path, help="keep the runs' directories here (default: a temporary dir)")
+    parser.add_argument(
+        "--write", action="store_true", help="fill the presets block of RESULTS.md and README.md"
+    )
+    parser.add_argument(
+        "--keep", type=Path, help="keep the runs' directories here (default: a temporary dir)"
+    )
     args = parser.parse_args()
     print(machine(), flush=True)
     rows = []

@@ -14,6 +14,7 @@ A multi-line answer (grid, board, list of moves) goes on the lines after a bare 
 
 Each reader returns the answer it found, or None; none raises, whatever the text.
 """
+
 from __future__ import annotations
 
 import re
@@ -36,7 +37,9 @@ _LAST_NUMBER = re.compile(_NUMBER)
 _SENTENCE_BREAK = re.compile(r"[.!?](?=\s+\S)")
 _EXPLANATION = re.compile(
     r"(" + _NUMBER + r"),\s+(?:and|because|since|so|as|which|but|given|i\.e\.|e\.g\.)\s"
-    r"|(\S+),\s+(?:because|since|i\.e\.|e\.g\.)\s", re.IGNORECASE)
+    r"|(\S+),\s+(?:because|since|i\.e\.|e\.g\.)\s",
+    re.IGNORECASE,
+)
 _BOXED = re.compile(r"\\boxed\{(.*)\}", re.DOTALL)
 # Only the first characters are searched: a huge completion cannot make extraction slow.
 MAX_CHARS = 20_000
@@ -64,8 +67,9 @@ def normalize_number(text: str) -> str:
 
 def same_number(a: str, b: str) -> bool:
     """Both are numbers, spelled alike once normalised: '0.0' and '0', '1,000' and '$1000'."""
-    return bool(_NUMERIC.fullmatch(a.strip()) and _NUMERIC.fullmatch(b.strip())) and \
-        normalize_number(a) == normalize_number(b)
+    return bool(_NUMERIC.fullmatch(a.strip()) and _NUMERIC.fullmatch(b.strip())) and normalize_number(
+        a
+    ) == normalize_number(b)
 
 
 def _clean(text: str) -> str:
@@ -108,7 +112,9 @@ def _tag_line_answer(line: str) -> str:
 
 def tag(text: str) -> str | None:
     """The last tag that holds an answer."""
-    found = [(m.start(), m) for m in _TAG_LINE.finditer(text)] + [(m.start(), m) for m in _TAG_XML.finditer(text)]
+    found = [(m.start(), m) for m in _TAG_LINE.finditer(text)] + [
+        (m.start(), m) for m in _TAG_XML.finditer(text)
+    ]
     for _, m in sorted(found, key=lambda p: p[0], reverse=True):
         if m.re is _TAG_XML:
             value = m.group(1)
@@ -116,7 +122,7 @@ def tag(text: str) -> str | None:
             value = _tag_line_answer(m.group(1))
         else:  # a bare `[ANSWER]` line: the answer is the block below it, up to the next tag
             nxt = _NEXT_TAG.search(text, m.end())
-            value = text[m.end(): nxt.start() if nxt else len(text)]
+            value = text[m.end() : nxt.start() if nxt else len(text)]
         value = _clean_tag(value)
         if value:
             return value

@@ -21,6 +21,7 @@ The answer formats (plain, answer_tag, think) share one chain (grpo_common/answe
 first `def`/`import` line (raw), or none. A code task's program is read as code whatever the prompt
 format asks (the code preset has `think`, with the program inside <answer>): see `reader`.
 """
+
 from __future__ import annotations
 
 import re
@@ -75,7 +76,7 @@ class AnswerFormat(PromptFormat):
     rules = (*(rule for rule, _ in chain), "none")
 
     def extract(self, text: object) -> Extraction:
-        text = as_text(text)[:answers.MAX_CHARS]
+        text = as_text(text)[: answers.MAX_CHARS]
         for rule, read in self.chain:
             found = read(text)
             if found:
@@ -94,14 +95,16 @@ _TAG_SOFT = re.compile(r"\[ANSWER\][:\s]*\S", re.IGNORECASE)
 # Every pattern here runs in linear time: nested lazy/greedy quantifiers that can retry the same text
 # (`.*?\S.*?`, `[^\n]*\s*`) made a 2,500-character completion take 19 s, and 20,000 characters hours.
 # The answer on the tag's line, or (multi-line answers: grids, boards) the block below a bare tag line.
-_TAG_STRICT = re.compile(r"(?:\A|\n)[ \t]*\[ANSWER\][: \t]*(?:\S[^\n]*(?:\n\s*)?|\r?\n\s*\S.*)\Z",
-                         re.IGNORECASE | re.DOTALL)
+_TAG_STRICT = re.compile(
+    r"(?:\A|\n)[ \t]*\[ANSWER\][: \t]*(?:\S[^\n]*(?:\n\s*)?|\r?\n\s*\S.*)\Z", re.IGNORECASE | re.DOTALL
+)
 
 
 class AnswerTag(AnswerFormat):
     name = "answer_tag"
-    system_prompt = ("Solve the problem. End your reply with the final answer on its own line as: "
-                     "[ANSWER] <answer>")
+    system_prompt = (
+        "Solve the problem. End your reply with the final answer on its own line as: [ANSWER] <answer>"
+    )
     tags = ("[ANSWER]",)
 
     def is_formatted(self, text: str, strict: bool = True) -> bool:
@@ -123,16 +126,29 @@ _ANSWER_BODY = r"(?:(?!" + _TAGS + r").)"
 # Some non-space text, of which at most one character may start a tag (as `body*? \S body*` allows).
 _THINK_STRICT = re.compile(
     r"\A\s*<think>(?:(?!<think>).)*?</think>\s*<answer>"
-    r"(?:\s*(?!" + _TAGS + r")\S" + _ANSWER_BODY + r"*|" + _ANSWER_BODY + r"*(?=" + _TAGS + r")<" + _ANSWER_BODY + r"*)"
+    r"(?:\s*(?!"
+    + _TAGS
+    + r")\S"
+    + _ANSWER_BODY
+    + r"*|"
+    + _ANSWER_BODY
+    + r"*(?="
+    + _TAGS
+    + r")<"
+    + _ANSWER_BODY
+    + r"*)"
     r"</answer>\s*\Z",
-    re.DOTALL)
+    re.DOTALL,
+)
 
 
 class Think(AnswerFormat):
     name = "think"
-    system_prompt = ("First think about the problem step by step inside <think> </think> tags, then give "
-                     "the final answer inside <answer> </answer> tags, e.g. "
-                     "<think>reasoning here</think><answer>42</answer>")
+    system_prompt = (
+        "First think about the problem step by step inside <think> </think> tags, then give "
+        "the final answer inside <answer> </answer> tags, e.g. "
+        "<think>reasoning here</think><answer>42</answer>"
+    )
     tags = ("<think>", "</think>", "<answer>", "</answer>")
 
     def is_formatted(self, text: str, strict: bool = True) -> bool:
@@ -154,8 +170,10 @@ _CODE_CHARS = 50_000
 
 class Code(PromptFormat):
     name = "code"
-    system_prompt = ("You are a careful Python programmer. Reply with the complete function in a single "
-                     "```python code block.")
+    system_prompt = (
+        "You are a careful Python programmer. Reply with the complete function in a single "
+        "```python code block."
+    )
     rules = ("answer_tag", "fenced", "raw", "none")
     reads_code = True
 
@@ -174,7 +192,7 @@ class Code(PromptFormat):
             return Extraction((with_def or blocks)[-1].strip("\n"), "fenced")
         start = _CODE_START.search(text)
         if start:
-            return Extraction(text[start.start():].strip("\n"), "raw")
+            return Extraction(text[start.start() :].strip("\n"), "raw")
         return Extraction(None, "none")
 
     def is_formatted(self, text: str, strict: bool = True) -> bool:
@@ -182,12 +200,15 @@ class Code(PromptFormat):
         return blocks == 1 if strict else blocks >= 1
 
 
-FORMATS: dict[str, PromptFormat] = {f.name: f for f in (
-    Plain(),
-    AnswerTag(),
-    Think(),
-    Code(),
-)}
+FORMATS: dict[str, PromptFormat] = {
+    f.name: f
+    for f in (
+        Plain(),
+        AnswerTag(),
+        Think(),
+        Code(),
+    )
+}
 
 
 def get_format(name: str) -> PromptFormat:

@@ -5,6 +5,7 @@ completion then starts inside the reasoning block and never writes the opening t
 rewards and the evaluator must read `prefix + completion`, or a perfect `think`-format answer
 would be judged unformatted. `model.response_prefix: auto` detects such a prefix; a string sets it.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -35,7 +36,7 @@ def detect_response_prefix(tokenizer) -> str:
     stripped = prompt.rstrip()
     for opener in _OPENERS:
         if stripped.endswith(opener):
-            return prompt[len(stripped) - len(opener):]  # the opener and the whitespace after it
+            return prompt[len(stripped) - len(opener) :]  # the opener and the whitespace after it
     return ""
 
 

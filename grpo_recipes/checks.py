@@ -5,6 +5,7 @@ Types are exact: no silent coercion of 1.5 to an int, of `maybe` to a bool, or o
 number. GRPOConfig fields outside the table below are type-checked against TRL's own dataclass,
 and TRL's own `__post_init__` rules are applied by building the config (`grpo_recipes.config`).
 """
+
 from __future__ import annotations
 
 import difflib
@@ -36,14 +37,24 @@ class Value:
         if self.choices is not None:
             text = "one of: " + ", ".join(show(c) for c in self.choices)
         else:
-            text = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string",
-                    "name": "a non-empty name without '/' (a directory name)", "path": "a non-empty path",
-                    "list": "a list", "dict": "a mapping", "str_or_list": "a string or a list of strings",
-                    "any": "any value"}[self.kind]
-            bounds = [f">= {_num(self.low)}" if self.low is not None else "",
-                      f"> {_num(self.above)}" if self.above is not None else "",
-                      f"<= {_num(self.high)}" if self.high is not None else "",
-                      f"< {_num(self.below)}" if self.below is not None else ""]
+            text = {
+                "int": "an integer",
+                "float": "a number",
+                "bool": "true or false",
+                "str": "a string",
+                "name": "a non-empty name without '/' (a directory name)",
+                "path": "a non-empty path",
+                "list": "a list",
+                "dict": "a mapping",
+                "str_or_list": "a string or a list of strings",
+                "any": "any value",
+            }[self.kind]
+            bounds = [
+                f">= {_num(self.low)}" if self.low is not None else "",
+                f"> {_num(self.above)}" if self.above is not None else "",
+                f"<= {_num(self.high)}" if self.high is not None else "",
+                f"< {_num(self.below)}" if self.below is not None else "",
+            ]
             text += " " + " and ".join(b for b in bounds if b) if any(bounds) else ""
             if self.item is not None:
                 text += f" of items each {self.item.describe()}"
@@ -57,8 +68,12 @@ class Value:
         if not _is_kind(value, self.kind):
             return False
         if self.kind in ("int", "float"):
-            return ((self.low is None or value >= self.low) and (self.high is None or value <= self.high)
-                    and (self.above is None or value > self.above) and (self.below is None or value < self.below))
+            return (
+                (self.low is None or value >= self.low)
+                and (self.high is None or value <= self.high)
+                and (self.above is None or value > self.above)
+                and (self.below is None or value < self.below)
+            )
         if self.item is not None:
             return all(self.item.accepts(v) for v in value)
         return True
@@ -76,13 +91,17 @@ def _is_kind(value: Any, kind: str) -> bool:
     if kind == "path":
         return isinstance(value, str) and bool(value.strip())
     if kind == "name":
-        return isinstance(value, str) and value.strip() not in ("", ".", "..") and not {"/", "\\"} & set(value)
+        return (
+            isinstance(value, str) and value.strip() not in ("", ".", "..") and not {"/", "\\"} & set(value)
+        )
     if kind == "list":
         return isinstance(value, (list, tuple))
     if kind == "dict":
         return isinstance(value, Mapping)
     if kind == "str_or_list":
-        return isinstance(value, str) or (isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value))
+        return isinstance(value, str) or (
+            isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+        )
     return True
 
 
@@ -122,49 +141,98 @@ PROB = Float(0, high=1)
 # every GRPOConfig field (checked against TRL's dataclass when it is built).
 SCHEMA: dict[str, Value] = {
     # top-level knobs
-    "max_steps": COUNT, "learning_rate": Float(above=0), "seed": Int(0), "run_name": Value("name"),
+    "max_steps": COUNT,
+    "learning_rate": Float(above=0),
+    "seed": Int(0),
+    "run_name": Value("name"),
     "output_root": Value("path"),
-    "output_dir": STR, "resume": Choice(True, False, "auto"), "use_vllm": BOOL, "eval_only": BOOL,
+    "output_dir": STR,
+    "resume": Choice(True, False, "auto"),
+    "use_vllm": BOOL,
+    "eval_only": BOOL,
     "report_to": Value("str_or_list"),
     # eval
-    "eval.size": COUNT, "eval.seed": Int(0), "eval.every_n_steps": STEPS, "eval.batch_size": COUNT,
-    "eval.max_new_tokens": Int(1, optional=True), "eval.do_sample": BOOL, "eval.temperature": Float(above=0),
-    "eval.print_examples": STEPS, "eval.pass_k.samples": STEPS, "eval.pass_k.temperature": Float(above=0),
+    "eval.size": COUNT,
+    "eval.seed": Int(0),
+    "eval.every_n_steps": STEPS,
+    "eval.batch_size": COUNT,
+    "eval.max_new_tokens": Int(1, optional=True),
+    "eval.do_sample": BOOL,
+    "eval.temperature": Float(above=0),
+    "eval.print_examples": STEPS,
+    "eval.pass_k.samples": STEPS,
+    "eval.pass_k.temperature": Float(above=0),
     "eval.pass_k.k": Value("list", item=COUNT),
     # model
-    "model.name": STR, "model.path": STR, "model.dtype": Choice(*DTYPE_NAMES), "model.attn_implementation": OPT_STR,
-    "model.chat_template": OPT_STR, "model.response_prefix": Value("str", optional=True),
-    "model.lora.enabled": BOOL, "model.lora.r": COUNT, "model.lora.alpha": Float(above=0),
-    "model.lora.dropout": Float(0, below=1), "model.lora.target_modules": Value("str_or_list"),
-    "model.lora.merge_on_save": BOOL, "model.lora.quantize": Choice("4bit", "8bit", optional=True),
+    "model.name": STR,
+    "model.path": STR,
+    "model.dtype": Choice(*DTYPE_NAMES),
+    "model.attn_implementation": OPT_STR,
+    "model.chat_template": OPT_STR,
+    "model.response_prefix": Value("str", optional=True),
+    "model.lora.enabled": BOOL,
+    "model.lora.r": COUNT,
+    "model.lora.alpha": Float(above=0),
+    "model.lora.dropout": Float(0, below=1),
+    "model.lora.target_modules": Value("str_or_list"),
+    "model.lora.merge_on_save": BOOL,
+    "model.lora.quantize": Choice("4bit", "8bit", optional=True),
     # dataset (tasks and rewards are checked by their registries)
-    "dataset.name": STR, "dataset.prompt_format": STR, "dataset.system_prompt": OPT_STR,
-    "dataset.train_size": COUNT, "dataset.seed": Int(0), "dataset.tasks": Value("dict"),
+    "dataset.name": STR,
+    "dataset.prompt_format": STR,
+    "dataset.system_prompt": OPT_STR,
+    "dataset.train_size": COUNT,
+    "dataset.seed": Int(0),
+    "dataset.tasks": Value("dict"),
     "dataset.rewards": Value("dict"),
     # sandbox
-    "sandbox.timeout": Float(above=0), "sandbox.memory_mb": COUNT, "sandbox.max_output_kb": COUNT,
-    "sandbox.max_processes": COUNT, "sandbox.disk_mb": COUNT, "sandbox.workers": Int(1, optional=True),
-    "sandbox.isolation": Choice("full", "basic"), "sandbox.read_paths": Value("list", item=STR),
+    "sandbox.timeout": Float(above=0),
+    "sandbox.memory_mb": COUNT,
+    "sandbox.max_output_kb": COUNT,
+    "sandbox.max_processes": COUNT,
+    "sandbox.disk_mb": COUNT,
+    "sandbox.workers": Int(1, optional=True),
+    "sandbox.isolation": Choice("full", "basic"),
+    "sandbox.read_paths": Value("list", item=STR),
     "sandbox.languages": Value("dict"),
     # GRPOConfig fields: counts, probabilities and coefficients TRL leaves unchecked
-    "grpo.num_generations": Int(2), "grpo.per_device_train_batch_size": COUNT,
-    "grpo.gradient_accumulation_steps": COUNT, "grpo.max_completion_length": COUNT,
-    "grpo.steps_per_generation": Int(1, optional=True), "grpo.generation_batch_size": Int(1, optional=True),
-    "grpo.num_iterations": COUNT, "grpo.temperature": Float(above=0), "grpo.top_p": Float(above=0, high=1),
-    "grpo.top_k": STEPS, "grpo.min_p": Float(0, high=1, optional=True), "grpo.repetition_penalty": Float(above=0),
-    "grpo.beta": Float(0), "grpo.epsilon": Float(0), "grpo.epsilon_high": Float(0, optional=True),
-    "grpo.delta": Float(above=0, optional=True), "grpo.max_grad_norm": Float(0), "grpo.weight_decay": Float(0),
-    "grpo.warmup_steps": Float(0), "grpo.logging_steps": Float(above=0),
-    "grpo.save_steps": Float(above=0), "grpo.save_total_limit": Int(1, optional=True),
+    "grpo.num_generations": Int(2),
+    "grpo.per_device_train_batch_size": COUNT,
+    "grpo.gradient_accumulation_steps": COUNT,
+    "grpo.max_completion_length": COUNT,
+    "grpo.steps_per_generation": Int(1, optional=True),
+    "grpo.generation_batch_size": Int(1, optional=True),
+    "grpo.num_iterations": COUNT,
+    "grpo.temperature": Float(above=0),
+    "grpo.top_p": Float(above=0, high=1),
+    "grpo.top_k": STEPS,
+    "grpo.min_p": Float(0, high=1, optional=True),
+    "grpo.repetition_penalty": Float(above=0),
+    "grpo.beta": Float(0),
+    "grpo.epsilon": Float(0),
+    "grpo.epsilon_high": Float(0, optional=True),
+    "grpo.delta": Float(above=0, optional=True),
+    "grpo.max_grad_norm": Float(0),
+    "grpo.weight_decay": Float(0),
+    "grpo.warmup_steps": Float(0),
+    "grpo.logging_steps": Float(above=0),
+    "grpo.save_steps": Float(above=0),
+    "grpo.save_total_limit": Int(1, optional=True),
     "grpo.activation_checkpointing": Value("bool", optional=True),
-    "grpo.gradient_checkpointing": Value("bool", optional=True), "grpo.bf16": Value("bool", optional=True),
-    "grpo.fp16": BOOL, "grpo.lr_scheduler_type": STR, "grpo.save_strategy": STR,
+    "grpo.gradient_checkpointing": Value("bool", optional=True),
+    "grpo.bf16": Value("bool", optional=True),
+    "grpo.fp16": BOOL,
+    "grpo.lr_scheduler_type": STR,
+    "grpo.save_strategy": STR,
     # choices TRL 1.16 checks only once training has started (GRPOTrainer), minutes into a run
     "grpo.loss_type": Choice("grpo", "bnpo", "dr_grpo", "dapo", "luspo", "cispo", "sapo", "vespo"),
     "grpo.scale_rewards": Choice("group", "batch", "none", True, False),
-    "grpo.importance_sampling_level": Choice("token", "sequence"), "grpo.vllm_mode": Choice("server", "colocate"),
-    "grpo.mask_truncated_completions": BOOL, "grpo.fast_paths": Choice("auto", True, False),
-    "grpo.no_signal_warning": STEPS, "grpo.vllm_gpu_memory_utilization": Float(above=0, high=1),
+    "grpo.importance_sampling_level": Choice("token", "sequence"),
+    "grpo.vllm_mode": Choice("server", "colocate"),
+    "grpo.mask_truncated_completions": BOOL,
+    "grpo.fast_paths": Choice("auto", True, False),
+    "grpo.no_signal_warning": STEPS,
+    "grpo.vllm_gpu_memory_utilization": Float(above=0, high=1),
 }
 # Groups whose every key is in SCHEMA (and required); "" is the top level. grpo is open to TRL's fields.
 CLOSED_GROUPS = ("", "dataset", "eval", "eval.pass_k", "model", "model.lora", "sandbox")
@@ -183,19 +251,23 @@ def check_values(cfg: Mapping[str, Any], world_size: int | None = None) -> None:
         found, section = _lookup(cfg, group) if group else (True, cfg)
         if found and isinstance(section, Mapping):
             prefix = f"{group}." if group else ""
-            known = {k[len(prefix):].split(".")[0] for k in SCHEMA if k.startswith(prefix)} | (
-                set() if group else set(GROUPS))
+            known = {k[len(prefix) :].split(".")[0] for k in SCHEMA if k.startswith(prefix)} | (
+                set() if group else set(GROUPS)
+            )
             for key in section:
                 if key not in known:
                     raise ConfigError(unknown_key_message(f"{prefix}{key}", sorted(known)))
     if (cfg.get("grpo") or {}).get("eval_strategy", "no") != "no":
-        raise ConfigError(f"grpo.eval_strategy={show(cfg['grpo']['eval_strategy'])}: the recipe runs its own fixed "
-                          "eval (eval.every_n_steps); TRL's eval loop stays off (no)")
+        raise ConfigError(
+            f"grpo.eval_strategy={show(cfg['grpo']['eval_strategy'])}: the recipe runs its own fixed "
+            "eval (eval.every_n_steps); TRL's eval loop stays off (no)"
+        )
     for name, spec in (cfg.get("dataset", {}).get("rewards") or {}).items():
         weight = spec.get("weight", 1.0) if isinstance(spec, Mapping) else None
         if spec is not None and not (isinstance(spec, Mapping) and Float().accepts(weight)):
-            raise ConfigError(f"dataset.rewards.{name}: expected {{weight: <number>, ...options}} or null, "
-                              f"got {show(spec)}")
+            raise ConfigError(
+                f"dataset.rewards.{name}: expected {{weight: <number>, ...options}} or null, got {show(spec)}"
+            )
     check_batch(cfg.get("grpo") or {}, world_size or int(os.environ.get("WORLD_SIZE", "1")))
 
 
@@ -214,12 +286,19 @@ def check_config(cfg: Mapping[str, Any], world_size: int | None = None) -> None:
     validate_tasks(dataset["tasks"])
     system_prompt(dataset)
     if dataset["seed"] == cfg["eval"]["seed"]:
-        raise ConfigError(f"eval.seed={cfg['eval']['seed']}: must differ from dataset.seed so that train and eval "
-                          "sets differ")
+        raise ConfigError(
+            f"eval.seed={cfg['eval']['seed']}: must differ from dataset.seed so that train and eval "
+            "sets differ"
+        )
     # the factories check their options; the scorer is never called here
-    build_rewards(dataset["rewards"], RewardContext(scorer=lambda answer, entry: 0.0,
-                                                    prompt_format=dataset["prompt_format"],
-                                                    max_completion_length=cfg["grpo"].get("max_completion_length")))
+    build_rewards(
+        dataset["rewards"],
+        RewardContext(
+            scorer=lambda answer, entry: 0.0,
+            prompt_format=dataset["prompt_format"],
+            max_completion_length=cfg["grpo"].get("max_completion_length"),
+        ),
+    )
     try:
         Executor(**(cfg.get("sandbox") or {}))
     except (TypeError, ValueError) as err:
@@ -236,8 +315,10 @@ def check_batch(grpo: Mapping[str, Any], world_size: int) -> None:
     else:
         steps = int(grpo.get("steps_per_generation") or grpo.get("gradient_accumulation_steps", 1))
         batch = per_device * world_size * steps
-        where = (f"grpo.per_device_train_batch_size ({per_device}) x processes ({world_size}) x "
-                 f"steps_per_generation ({steps})")
+        where = (
+            f"grpo.per_device_train_batch_size ({per_device}) x processes ({world_size}) x "
+            f"steps_per_generation ({steps})"
+        )
     if batch % num_generations:
         raise ConfigError(
             f"{where} = {batch} completions per generation batch is not divisible by grpo.num_generations "

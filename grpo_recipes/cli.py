@@ -1,4 +1,5 @@
 """Command-line sugar applied before Hydra parses the arguments (kept import-light)."""
+
 from __future__ import annotations
 
 import re

@@ -9,6 +9,7 @@ check of them.
   bf16 autocast where the CPU computes bf16 natively, fp32 otherwise. A setting that cannot work
   on this hardware is an error.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,11 +34,15 @@ def grpo_field_names() -> set[str]:
     return {f.name for f in dataclasses.fields(GRPOConfig) if f.init}
 
 
-def build_grpo_kwargs(cfg: dict[str, Any], hw: Hardware, reward_weights: list[float] | None = None) -> dict[str, Any]:
+def build_grpo_kwargs(
+    cfg: dict[str, Any], hw: Hardware, reward_weights: list[float] | None = None
+) -> dict[str, Any]:
     grpo = {k: v for k, v in (cfg.get("grpo") or {}).items() if k not in RECIPE_KEYS}
     for knob in COMMON_KNOBS:
         if knob in grpo:
-            raise ConfigError(f"grpo.{knob} is a top-level knob here: set `{knob}=...` instead of `grpo.{knob}=...`")
+            raise ConfigError(
+                f"grpo.{knob} is a top-level knob here: set `{knob}=...` instead of `grpo.{knob}=...`"
+            )
         grpo[knob] = cfg[knob]
     fields = grpo_field_names()
     for key in grpo:
@@ -55,7 +60,9 @@ def build_grpo_kwargs(cfg: dict[str, Any], hw: Hardware, reward_weights: list[fl
     check_batch(grpo, hw.world_size)
     if reward_weights is not None:
         if grpo.get("reward_weights") is not None:
-            raise ConfigError("grpo.reward_weights: set each reward's weight under dataset.rewards.<name>.weight")
+            raise ConfigError(
+                "grpo.reward_weights: set each reward's weight under dataset.rewards.<name>.weight"
+            )
         grpo["reward_weights"] = reward_weights
     return grpo
 
@@ -87,9 +94,13 @@ def build_grpo_config(grpo: dict[str, Any]):
     hints = typing.get_type_hints(GRPOConfig)
     for key, value in grpo.items():  # the keys in checks.SCHEMA are checked there, by the recipe's rules
         if f"grpo.{key}" not in SCHEMA and key in hints and not _matches(value, hints[key]):
-            raise ConfigError(f"grpo.{key}={show(value)}: expected {_type_name(hints[key])} (GRPOConfig's type)")
+            raise ConfigError(
+                f"grpo.{key}={show(value)}: expected {_type_name(hints[key])} (GRPOConfig's type)"
+            )
     if grpo.get("activation_checkpointing") is None:  # TRL would read None as its own default, on
-        raise ValueError("activation_checkpointing must be resolved first (hardware.resolve_activation_checkpointing)")
+        raise ValueError(
+            "activation_checkpointing must be resolved first (hardware.resolve_activation_checkpointing)"
+        )
     try:
         return GRPOConfig(**grpo)
     except (ValueError, TypeError) as err:
@@ -97,7 +108,8 @@ def build_grpo_config(grpo: dict[str, Any]):
 
 
 def name_the_key(message: str, grpo: dict[str, Any]) -> str:
-    """TRL's and transformers' messages name a field or quote a value: put the grpo key it is about in front."""
+    """TRL's and transformers' messages name a field or quote a value: put the grpo key it is about in
+    front."""
     message = message.strip().splitlines()[0]
     named = [k for k in grpo if re.search(rf"\b{re.escape(k)}\b", message)]
     named = named or [k for k, v in grpo.items() if isinstance(v, str) and len(v) > 2 and v in message]

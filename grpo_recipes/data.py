@@ -4,6 +4,7 @@ The eval set is drawn per task with its own seed and is identical across runs wi
 config; train entries whose question is in the eval set are dropped, so the two never overlap.
 Rows carry `metadata` as JSON text: its shape differs per task and Arrow rejects mixed columns.
 """
+
 from __future__ import annotations
 
 import json
@@ -49,10 +50,14 @@ def build_train_rows(
     taskset: TaskSet, dataset_cfg: dict[str, Any], system: str | None, eval_rows: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
     held_out = {r["question"] for r in eval_rows}
-    entries = taskset.sample(int(dataset_cfg["train_size"]), int(dataset_cfg["seed"]), exclude_questions=held_out)
+    entries = taskset.sample(
+        int(dataset_cfg["train_size"]), int(dataset_cfg["seed"]), exclude_questions=held_out
+    )
     if not entries:
-        raise ConfigError("dataset: every train problem is also in the eval set; raise dataset.train_size "
-                          "or widen the task config")
+        raise ConfigError(
+            "dataset: every train problem is also in the eval set; raise dataset.train_size "
+            "or widen the task config"
+        )
     return [to_row(e, system) for e in entries]
 
 

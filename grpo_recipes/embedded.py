@@ -7,6 +7,7 @@ without `quantization_config`, given the dequantized weights, and saved with its
 into a cache directory. Later loads read that directory. Conversion is atomic and
 locked, so concurrent ranks or sweep jobs convert once.
 """
+
 from __future__ import annotations
 
 import importlib.util

@@ -7,6 +7,7 @@ Writes `eval_results/eval_step_<N>.json` (metrics + every example) and sends the
 Optionally draws `pass_k.samples` sampled completions per problem for unbiased pass@k.
 Every rank generates its shard (ZeRO-3 gathers weights collectively); rank 0 writes.
 """
+
 from __future__ import annotations
 
 import json
@@ -46,8 +47,9 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
-def summarize(examples: list[dict[str, Any]], ks: list[int] = (),
-              prompt_format: str = "plain") -> dict[str, float]:
+def summarize(
+    examples: list[dict[str, Any]], ks: list[int] = (), prompt_format: str = "plain"
+) -> dict[str, float]:
     """Overall and per-task accuracy (greedy, score >= 1), mean score, format compliance, length,
     extraction-rule shares (the rules of the formats that read this prompt format's completions), and
     pass@k for each k when examples carry sampled counts."""
@@ -65,10 +67,17 @@ def summarize(examples: list[dict[str, Any]], ks: list[int] = (),
         }
         out.update({f"{prefix}rule/{rule}": rules.get(rule, 0) / n for rule in answers.rules})
         # code tasks: where the program was found (shown only when a code task is in the eval)
-        out.update({f"{prefix}rule/{rule}": rules[rule] / n for rule in programs.rules
-                    if rule in rules and rule not in answers.rules})
+        out.update(
+            {
+                f"{prefix}rule/{rule}": rules[rule] / n
+                for rule in programs.rules
+                if rule in rules and rule not in answers.rules
+            }
+        )
         for k in ks:
-            out[f"{prefix}pass@{k}"] = sum(pass_at_k(r["num_samples"], r["samples_correct"], k) for r in rows) / n
+            out[f"{prefix}pass@{k}"] = (
+                sum(pass_at_k(r["num_samples"], r["samples_correct"], k) for r in rows) / n
+            )
         return out
 
     by_task = defaultdict(list)
@@ -83,9 +92,20 @@ def summarize(examples: list[dict[str, Any]], ks: list[int] = (),
 class FixedEvaluator:
     """Generates and scores the fixed eval set with a model; knows nothing about training."""
 
-    def __init__(self, rows, taskset, tokenizer, prompt_format: str, max_new_tokens: int, batch_size: int = 64,
-                 do_sample: bool = False, temperature: float = 1.0, pass_k: dict | None = None,
-                 print_examples: int = 0, response_prefix: str = ""):
+    def __init__(
+        self,
+        rows,
+        taskset,
+        tokenizer,
+        prompt_format: str,
+        max_new_tokens: int,
+        batch_size: int = 64,
+        do_sample: bool = False,
+        temperature: float = 1.0,
+        pass_k: dict | None = None,
+        print_examples: int = 0,
+        response_prefix: str = "",
+    ):
         self.rows, self.taskset, self.tokenizer = rows, taskset, tokenizer
         self.prompt_format, self.max_new_tokens, self.batch_size = prompt_format, max_new_tokens, batch_size
         self.format = get_format(prompt_format)
@@ -97,16 +117,23 @@ class FixedEvaluator:
         self.print_examples = print_examples
         self.response_prefix = response_prefix  # pre-filled by the chat template: part of the reply
         self.texts = [
-            tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False) for r in rows
+            tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False)
+            for r in rows
         ]
 
     def _config(self, eos, do_sample: bool, temperature: float, num_return_sequences: int = 1):
         from transformers import GenerationConfig
 
         return GenerationConfig(
-            max_new_tokens=self.max_new_tokens, do_sample=do_sample, num_return_sequences=num_return_sequences,
-            temperature=temperature if do_sample else None, top_p=None, top_k=None,
-            eos_token_id=eos, pad_token_id=self.tokenizer.pad_token_id, use_cache=True,
+            max_new_tokens=self.max_new_tokens,
+            do_sample=do_sample,
+            num_return_sequences=num_return_sequences,
+            temperature=temperature if do_sample else None,
+            top_p=None,
+            top_k=None,
+            eos_token_id=eos,
+            pad_token_id=self.tokenizer.pad_token_id,
+            use_cache=True,
         )
 
     def generate(self, model, indices: list[int], sampled: bool = False, progress: bool = False):
@@ -118,21 +145,31 @@ class FixedEvaluator:
         eos = model.generation_config.eos_token_id or tok.eos_token_id
         eos_ids = set(eos if isinstance(eos, list) else [eos])
         n_ret = self.num_samples if sampled else 1
-        config = (self._config(eos, True, self.sample_temperature, n_ret) if sampled
-                  else self._config(eos, self.do_sample, self.temperature))
+        config = (
+            self._config(eos, True, self.sample_temperature, n_ret)
+            if sampled
+            else self._config(eos, self.do_sample, self.temperature)
+        )
         batch_size = max(1, self.batch_size // n_ret)
         device = next(model.parameters()).device
         out = []
         starts = range(0, len(indices), batch_size)
-        bar = tqdm(starts, desc="pass@k samples" if sampled else "eval", leave=False, disable=not progress or len(starts) < 2)
+        bar = tqdm(
+            starts,
+            desc="pass@k samples" if sampled else "eval",
+            leave=False,
+            disable=not progress or len(starts) < 2,
+        )
         for start in bar:
-            batch = [self.texts[i] for i in indices[start:start + batch_size]]
+            batch = [self.texts[i] for i in indices[start : start + batch_size]]
             enc = tok(batch, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
             enc = {k: v.to(device) for k, v in enc.items()}
             with torch.no_grad():
                 generated = model.generate(**enc, generation_config=config)
-            decoded = [self._decode(ids, eos_ids) for ids in generated[:, enc["input_ids"].shape[1]:].tolist()]
-            out += [decoded[i:i + n_ret] for i in range(0, len(decoded), n_ret)] if sampled else decoded
+            decoded = [
+                self._decode(ids, eos_ids) for ids in generated[:, enc["input_ids"].shape[1] :].tolist()
+            ]
+            out += [decoded[i : i + n_ret] for i in range(0, len(decoded), n_ret)] if sampled else decoded
         return out
 
     def _decode(self, ids: list[int], eos_ids: set[int]) -> tuple[str, int, bool]:
@@ -142,7 +179,9 @@ class FixedEvaluator:
         length = len(ids) if truncated else length
         return self.response_prefix + tok.decode(ids[:length], skip_special_tokens=True), length, truncated
 
-    def score(self, index: int, completion: str, length: int, truncated: bool, samples=None) -> dict[str, Any]:
+    def score(
+        self, index: int, completion: str, length: int, truncated: bool, samples=None
+    ) -> dict[str, Any]:
         return self.score_batch([index], [(completion, length, truncated)], [samples])[0]
 
     def score_batch(self, indices: list[int], greedy: list[tuple], samples: list | None = None) -> list[dict]:
@@ -151,18 +190,29 @@ class FixedEvaluator:
         judged = self.taskset.judge([g[0] for g in greedy], rows)
         samples = samples or [None] * len(indices)
         flat = [(k, s[0]) for k, group in enumerate(samples) if group for s in group]
-        sample_scores = self.taskset.judge([text for _, text in flat], [rows[k] for k, _ in flat]) if flat else []
+        sample_scores = (
+            self.taskset.judge([text for _, text in flat], [rows[k] for k, _ in flat]) if flat else []
+        )
         correct_counts = [0] * len(indices)
         for (k, _), (_, score) in zip(flat, sample_scores):
             correct_counts[k] += score >= 1.0
         out = []
         for k, (index, row, (completion, length, truncated), (extraction, score)) in enumerate(
-                zip(indices, rows, greedy, judged)):
+            zip(indices, rows, greedy, judged)
+        ):
             record = {
-                "index": index, "task": row["task"], "question": row["question"], "answer": row["answer"],
-                "completion": completion, "extracted": extraction.answer, "rule": extraction.rule,
-                "score": score, "correct": score >= 1.0, "format_ok": self.format.is_formatted(completion),
-                "length": length, "truncated": truncated,
+                "index": index,
+                "task": row["task"],
+                "question": row["question"],
+                "answer": row["answer"],
+                "completion": completion,
+                "extracted": extraction.answer,
+                "rule": extraction.rule,
+                "score": score,
+                "correct": score >= 1.0,
+                "format_ok": self.format.is_formatted(completion),
+                "length": length,
+                "truncated": truncated,
             }
             if samples[k] is not None:
                 record["num_samples"] = len(samples[k])
@@ -182,7 +232,11 @@ class FixedEvaluator:
         shard += shard[-1:] * (per_rank - len(shard)) if shard else [0] * per_rank
         main = accelerator.is_main_process
         greedy = self.generate(model, shard, progress=main)
-        sampled = self.generate(model, shard, sampled=True, progress=main) if self.num_samples else [None] * len(shard)
+        sampled = (
+            self.generate(model, shard, sampled=True, progress=main)
+            if self.num_samples
+            else [None] * len(shard)
+        )
         local = self.score_batch(shard, greedy, sampled)
         examples = gather_object(local) if accelerator.num_processes > 1 else local
         examples = sorted({e["index"]: e for e in examples}.values(), key=lambda e: e["index"])
@@ -190,23 +244,43 @@ class FixedEvaluator:
         metrics["seconds"] = round(time.time() - start, 2)
         if main and out_dir is not None:
             # `verifiers`: what each task's score means, the same verifier (and test suite) as training's
-            write_json_atomic(out_dir / f"eval_step_{step}.json", {"step": step, "metrics": metrics,
-                                                                   "verifiers": self.taskset.verifiers(),
-                                                                   "examples": examples})
+            write_json_atomic(
+                out_dir / f"eval_step_{step}.json",
+                {
+                    "step": step,
+                    "metrics": metrics,
+                    "verifiers": self.taskset.verifiers(),
+                    "examples": examples,
+                },
+            )
         if main:
             self.report(step, metrics, examples)
         return metrics, examples
 
     def report(self, step: int, metrics: dict[str, float], examples: list[dict]) -> None:
         passk = "".join(f"  pass@{k} {metrics[f'pass@{k}']:.3f}" for k in self.ks)
-        log.info("[eval step %d] accuracy %.3f%s  format %.3f  mean length %.1f  (%d problems, %.1f s)", step,
-                 metrics["accuracy"], passk, metrics["format"], metrics["mean_length"], len(examples),
-                 metrics["seconds"])
+        log.info(
+            "[eval step %d] accuracy %.3f%s  format %.3f  mean length %.1f  (%d problems, %.1f s)",
+            step,
+            metrics["accuracy"],
+            passk,
+            metrics["format"],
+            metrics["mean_length"],
+            len(examples),
+            metrics["seconds"],
+        )
         for e in examples[: self.print_examples]:
             mark = "correct" if e["correct"] else "wrong"
-            log.info("  Q: %s\n    completion: %s\n    extracted %r by %s; answer %r: %s (score %.2f)",
-                     e["question"][:200], e["completion"][:300].replace("\n", "\\n"), e["extracted"], e["rule"],
-                     e["answer"], mark, e["score"])
+            log.info(
+                "  Q: %s\n    completion: %s\n    extracted %r by %s; answer %r: %s (score %.2f)",
+                e["question"][:200],
+                e["completion"][:300].replace("\n", "\\n"),
+                e["extracted"],
+                e["rule"],
+                e["answer"],
+                mark,
+                e["score"],
+            )
 
 
 class FixedEvalCallback(TrainerCallback):
@@ -216,9 +290,15 @@ class FixedEvalCallback(TrainerCallback):
     to every tracker, when to skip the final eval) and the model from the callback arguments; it does
     not hold the trainer."""
 
-    def __init__(self, evaluator: FixedEvaluator, output_dir: str | Path, every_n_steps: int, accelerator,
-                 send_logs: Callable[[dict[str, float], Any], None],
-                 skip_final_eval: Callable[[], bool] = lambda: False):
+    def __init__(
+        self,
+        evaluator: FixedEvaluator,
+        output_dir: str | Path,
+        every_n_steps: int,
+        accelerator,
+        send_logs: Callable[[dict[str, float], Any], None],
+        skip_final_eval: Callable[[], bool] = lambda: False,
+    ):
         self.evaluator = evaluator
         self.dir = Path(output_dir) / "eval_results"
         self.every = int(every_n_steps or 0)

@@ -18,6 +18,7 @@ Both stand in for TRL internals, so they are switched (`grpo.fast_paths`: auto |
 `auto` installs them only on the TRL versions they were written and tested against, and only while
 the internals they rely on (TRL_INTERFACE) look as they did then; otherwise the log says why not.
 """
+
 from __future__ import annotations
 
 import functools
@@ -36,12 +37,18 @@ BYTES_PER_LOGIT = 18
 # TRL versions the fast paths were written and tested against, and the internals they rely on there.
 TESTED_TRL = ("1.16.0",)
 TRL_INTERFACE = {
-    "trl.trainer.utils.add_fused_lm_head": "model, temperature=1.0, cast_lm_head_to_fp32=False, outputs=('log_probs',)",
-    "add_fused_lm_head's patched forward": "self, *args, fused_lm_head, labels, shift_labels, num_items_in_batch, "
-                                           "**kwargs",
-    "trl.trainer.utils.FusedCausalLMOutput": "loss, log_probs, entropy, log_sum_sq_probs, mean_logits, is_top1, "
-                                             "label_mask, aux_loss",
-    "GRPOTrainer._get_per_token_logps_and_entropies calls": "model(**model_inputs, labels=labels, fused_lm_head=True)",
+    "trl.trainer.utils.add_fused_lm_head": (
+        "model, temperature=1.0, cast_lm_head_to_fp32=False, outputs=('log_probs',)"
+    ),
+    "add_fused_lm_head's patched forward": (
+        "self, *args, fused_lm_head, labels, shift_labels, num_items_in_batch, **kwargs"
+    ),
+    "trl.trainer.utils.FusedCausalLMOutput": (
+        "loss, log_probs, entropy, log_sum_sq_probs, mean_logits, is_top1, label_mask, aux_loss"
+    ),
+    "GRPOTrainer._get_per_token_logps_and_entropies calls": (
+        "model(**model_inputs, labels=labels, fused_lm_head=True)"
+    ),
 }
 
 
@@ -54,12 +61,16 @@ def trl_interface() -> dict[str, str]:
     from trl.trainer.utils import FusedCausalLMOutput, add_fused_lm_head
 
     def params(signature: inspect.Signature) -> str:
-        return ", ".join(str(p.replace(annotation=inspect.Parameter.empty)) for p in signature.parameters.values())
+        return ", ".join(
+            str(p.replace(annotation=inspect.Parameter.empty)) for p in signature.parameters.values()
+        )
 
-    inner = next((c for c in add_fused_lm_head.__code__.co_consts if getattr(c, "co_name", "") == "_fused_forward"),
-                 None)
+    inner = next(
+        (c for c in add_fused_lm_head.__code__.co_consts if getattr(c, "co_name", "") == "_fused_forward"),
+        None,
+    )
     if inner is not None:  # the parameters of the forward TRL patches in (a closure inside it)
-        keyword_only = inner.co_varnames[inner.co_argcount:inner.co_argcount + inner.co_kwonlyargcount]
+        keyword_only = inner.co_varnames[inner.co_argcount : inner.co_argcount + inner.co_kwonlyargcount]
         forward = ", ".join(["self", "*args", *keyword_only, "**kwargs"])
     else:
         forward = "not found"
@@ -68,7 +79,9 @@ def trl_interface() -> dict[str, str]:
     return {
         "trl.trainer.utils.add_fused_lm_head": params(inspect.signature(add_fused_lm_head)),
         "add_fused_lm_head's patched forward": forward,
-        "trl.trainer.utils.FusedCausalLMOutput": ", ".join(f.name for f in dataclasses.fields(FusedCausalLMOutput)),
+        "trl.trainer.utils.FusedCausalLMOutput": ", ".join(
+            f.name for f in dataclasses.fields(FusedCausalLMOutput)
+        ),
         "GRPOTrainer._get_per_token_logps_and_entropies calls": call if call in source else "another call",
     }
 
@@ -126,14 +139,22 @@ def completion_logprob_head(model, temperature: float, max_logits: int | None = 
     # left padding, logits_to_keep) from it.
     @functools.wraps(type(model).forward)
     def forward(self, *args, fused_lm_head: bool = False, labels=None, **kwargs):
-        direct = (fused_lm_head and labels is not None and not args and labels.device.type == "cpu"
-                  and kwargs.get("shift_labels") is None and not kwargs.get("output_router_logits"))
+        direct = (
+            fused_lm_head
+            and labels is not None
+            and not args
+            and labels.device.type == "cpu"
+            and kwargs.get("shift_labels") is None
+            and not kwargs.get("output_router_logits")
+        )
         if direct:
             valid = labels[:, 1:] != -100  # next-token labels, as TRL's head scores them
             scored = valid.any(0).nonzero()
             first = int(scored[0]) if len(scored) else valid.size(1)
             keep = valid.size(1) - first
-            direct = 0 < keep and labels.size(0) * keep * self.config.get_text_config().vocab_size <= max_logits
+            direct = (
+                0 < keep and labels.size(0) * keep * self.config.get_text_config().vocab_size <= max_logits
+            )
         if not direct:
             return fused_forward(*args, fused_lm_head=fused_lm_head, labels=labels, **kwargs)
 
@@ -142,10 +163,12 @@ def completion_logprob_head(model, temperature: float, max_logits: int | None = 
         kwargs["use_cache"] = False
         # Logits for positions first..S-1; the last one predicts nothing.
         logits = fused_forward(logits_to_keep=keep + 1, **kwargs).logits[:, :-1]
-        targets = labels[:, first + 1:]
+        targets = labels[:, first + 1 :]
         mask = targets != -100
         logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)
-        log_probs = logp_all.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1).masked_fill(~mask, 0.0)
+        log_probs = (
+            logp_all.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1).masked_fill(~mask, 0.0)
+        )
         with torch.no_grad():
             entropy = -(logp_all.exp() * logp_all).sum(-1).masked_fill(~mask, 0.0)
 
@@ -153,8 +176,9 @@ def completion_logprob_head(model, temperature: float, max_logits: int | None = 
             return torch.nn.functional.pad(x, (first, 0))
 
         loss = -log_probs.sum() / (mask.sum().clamp(min=1) if num_items is None else num_items)
-        return FusedCausalLMOutput(loss=loss, log_probs=widen(log_probs), entropy=widen(entropy),
-                                   label_mask=widen(mask))
+        return FusedCausalLMOutput(
+            loss=loss, log_probs=widen(log_probs), entropy=widen(entropy), label_mask=widen(mask)
+        )
 
     model.forward = types.MethodType(forward, model)
     return True
@@ -179,9 +203,11 @@ def apply(trainer, mode: bool | str = "auto") -> str:
     if mode is False:
         return "off (grpo.fast_paths=false)"
     if trl.__version__ not in TESTED_TRL or interface_changes():
-        why = (f"written for TRL {', '.join(TESTED_TRL)}, TRL {trl.__version__} is installed"
-               if trl.__version__ not in TESTED_TRL else
-               f"TRL's {', '.join(interface_changes())} changed")
+        why = (
+            f"written for TRL {', '.join(TESTED_TRL)}, TRL {trl.__version__} is installed"
+            if trl.__version__ not in TESTED_TRL
+            else f"TRL's {', '.join(interface_changes())} changed"
+        )
         if mode == "auto":
             return f"off: {why} (grpo.fast_paths=true installs them anyway)"
         log.warning("grpo.fast_paths=true: installing them although %s", why)
@@ -203,7 +229,7 @@ def install(trainer) -> list[str]:
     # not keep) and an fp32 LM head (TRL runs it outside autocast).
     entropy_bonus = getattr(args, "entropy_coef", 0.0) != 0.0 or getattr(args, "use_adaptive_entropy", False)
     if trainer.accelerator.device.type == "cpu" and not entropy_bonus and not args.cast_lm_head_to_fp32:
-        if all([completion_logprob_head(m, temperature=args.temperature) for m in models]):
+        if all(completion_logprob_head(m, temperature=args.temperature) for m in models):
             installed.append("completion-only log-prob head")
         else:
             log.warning("TRL's fused LM head was not found: completion log-probs stay on TRL's path")

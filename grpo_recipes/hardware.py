@@ -6,6 +6,7 @@
 - Activation checkpointing, unless set, is on only where memory needs it
   (`resolve_activation_checkpointing`, once the model is loaded).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -69,8 +70,9 @@ def device_memory_bytes(hw: Hardware) -> int:
     return host_memory_bytes()
 
 
-def resolve_activation_checkpointing(grpo: dict[str, Any], model, hw: Hardware, lora: bool,
-                                     memory_bytes: int | None = None) -> bool:
+def resolve_activation_checkpointing(
+    grpo: dict[str, Any], model, hw: Hardware, lora: bool, memory_bytes: int | None = None
+) -> bool:
     """`activation_checkpointing: null` -> on only where memory needs it: when the training state
     (weights + gradients + two AdamW moments, in the weights' dtype; weights alone under LoRA) is
     over a quarter of the device's memory, the rest being activations, the runtime and the OS
@@ -87,10 +89,13 @@ def resolve_activation_checkpointing(grpo: dict[str, Any], model, hw: Hardware, 
 
 
 def apply_hardware(grpo: dict[str, Any], hw: Hardware) -> None:
-    """Precision and device for GRPOConfig keyword arguments; a setting this hardware cannot run is an error."""
+    """Precision and device for GRPOConfig keyword arguments; a setting this hardware cannot run is an
+    error."""
     if grpo.get("use_vllm"):
         if not hw.gpu:
-            raise ConfigError("use_vllm=true needs a CUDA GPU and none was found; drop it to generate with transformers")
+            raise ConfigError(
+                "use_vllm=true needs a CUDA GPU and none was found; drop it to generate with transformers"
+            )
         if importlib.util.find_spec("vllm") is None:
             raise ConfigError("use_vllm=true but vllm is not installed: pip install -e '.[vllm]'")
     if hw.gpu:
@@ -100,8 +105,10 @@ def apply_hardware(grpo: dict[str, Any], hw: Hardware) -> None:
             grpo["bf16"] = False
     else:
         if grpo.get("fp16"):
-            raise ConfigError("grpo.fp16=true needs a GPU; on a CPU-only machine leave it false "
-                              "(bf16 autocast is used where the CPU has native bf16, fp32 otherwise)")
+            raise ConfigError(
+                "grpo.fp16=true needs a GPU; on a CPU-only machine leave it false "
+                "(bf16 autocast is used where the CPU has native bf16, fp32 otherwise)"
+            )
         grpo["use_cpu"] = True
         if grpo.get("bf16") is None:
             grpo["bf16"] = hw.bf16

@@ -6,6 +6,7 @@ weight; freed at the end, they stay resident, fragmented, and the training forwa
 stacks its activations on top (measured: benchmarks/RESULTS.md, target 6). `malloc_trim` after
 generation returns them to the OS.
 """
+
 from __future__ import annotations
 
 import ctypes

@@ -5,6 +5,7 @@
   tiny-random        a tiny random model built from a config (tests, smoke runs), see tiny.py
   <dir> | <hub id>   any causal LM transformers can load (a hub id needs the hub or its cache)
 """
+
 from __future__ import annotations
 
 import os
@@ -21,7 +22,9 @@ TINY_VERSION = "v1"  # bump when grpo_recipes/tiny.py changes: the cached copy i
 def check_model_path(path: str) -> None:
     """Fail before anything is written when a local path is given and does not exist."""
     if not path:
-        raise ConfigError("model.path is empty: give a local directory, a hub id, embedded:<name> or tiny-random")
+        raise ConfigError(
+            "model.path is empty: give a local directory, a hub id, embedded:<name> or tiny-random"
+        )
     if path.startswith(PREFIX) or path == TINY:
         return
     looks_local = path.startswith(("/", "./", "../", "~")) or os.path.isabs(path) or path.count("/") > 1
@@ -51,7 +54,7 @@ def ensure_tiny(seed: int) -> Path:
 
 def resolve_model_path(path: str) -> str:
     if path.startswith(PREFIX):
-        return str(ensure_embedded(path[len(PREFIX):]))
+        return str(ensure_embedded(path[len(PREFIX) :]))
     return str(Path(path).expanduser()) if Path(path).expanduser().exists() else path
 
 
@@ -60,8 +63,14 @@ def torch_dtype(name: str, on_gpu: bool):
 
     if name == "auto":
         return torch.bfloat16 if on_gpu and torch.cuda.is_bf16_supported() else torch.float32
-    dtypes = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-              "float16": torch.float16, "fp16": torch.float16}
+    dtypes = {
+        "float32": torch.float32,
+        "fp32": torch.float32,
+        "bfloat16": torch.bfloat16,
+        "bf16": torch.bfloat16,
+        "float16": torch.float16,
+        "fp16": torch.float16,
+    }
     if name not in dtypes:
         raise ConfigError(f"model.dtype '{name}' is not one of: auto, {', '.join(dtypes)}")
     return dtypes[name]

@@ -6,6 +6,7 @@ gradient. After `grpo.no_signal_warning` consecutive steps in which every group 
 same step's metrics: every completion wrong (too hard), every one right (too easy), completions cut
 off at `max_completion_length`, or a reward that cannot vary.
 """
+
 from __future__ import annotations
 
 import logging
@@ -19,13 +20,19 @@ def likely_cause(logs: dict[str, float], max_completion_length: int | None) -> s
     accuracies = [v for k, v in logs.items() if k.startswith("accuracy/") and isinstance(v, (int, float))]
     clipped = logs.get("completions/clipped_ratio", 0.0) or 0.0
     if clipped >= 0.5:
-        return (f"{clipped:.0%} of completions were cut off at max_completion_length={max_completion_length}: "
-                "the answers need more tokens (raise grpo.max_completion_length)")
+        return (
+            f"{clipped:.0%} of completions were cut off at max_completion_length={max_completion_length}: "
+            "the answers need more tokens (raise grpo.max_completion_length)"
+        )
     if accuracies and max(accuracies) == 0.0:
-        return ("no completion was correct: the task is too hard for the model as it is (an easier task config, "
-                "dataset.curriculum, or grpo.dynamic_sampling)")
+        return (
+            "no completion was correct: the task is too hard for the model as it is (an easier task config, "
+            "dataset.curriculum, or grpo.dynamic_sampling)"
+        )
     if accuracies and min(accuracies) == 1.0:
-        return "every completion was correct: the task is too easy (a harder task config, or dataset.curriculum)"
+        return (
+            "every completion was correct: the task is too easy (a harder task config, or dataset.curriculum)"
+        )
     return "the rewards cannot vary for these completions: check each reward's options and weight"
 
 
@@ -42,6 +49,10 @@ class NoSignalWarning(TrainerCallback):
         self.streak = self.streak + 1 if logs["frac_reward_zero_std"] >= 1.0 else 0
         if self.streak >= self.after and not self.warned and state.is_world_process_zero:
             self.warned = True
-            log.warning("No learning signal for %d steps in a row (step %d): every prompt group's completions got "
-                        "the same reward, so GRPO had no gradient. Likely cause: %s", self.streak, state.global_step,
-                        likely_cause(logs, self.max_completion_length))
+            log.warning(
+                "No learning signal for %d steps in a row (step %d): every prompt group's completions got "
+                "the same reward, so GRPO had no gradient. Likely cause: %s",
+                self.streak,
+                state.global_step,
+                likely_cause(logs, self.max_completion_length),
+            )

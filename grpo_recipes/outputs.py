@@ -3,6 +3,7 @@
 Only the main process writes files. metrics.jsonl gets one JSON object per logged step (train
 and eval), appended and flushed as the run goes, so an interrupted run keeps every line.
 """
+
 from __future__ import annotations
 
 import json
@@ -12,7 +13,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from transformers import TrainerCallback
 from transformers.integrations.integration_utils import rewrite_logs
@@ -30,7 +31,8 @@ def is_eval_log(logs: dict[str, Any]) -> bool:
 
 
 class MetricsFileCallback(TrainerCallback):
-    """Appends every `on_log` event to metrics.jsonl: `{"step", "split": train|eval, "train/..." | "eval/..."}`.
+    """Appends every `on_log` event to metrics.jsonl:
+    `{"step", "split": train|eval, "train/..." | "eval/..."}`.
 
     Names are transformers' `rewrite_logs` form, the same that wandb and TensorBoard show.
     """
@@ -56,9 +58,15 @@ def append_metrics(path: Path, step: int, logs: dict[str, Any]) -> None:
 class ConciseProgressCallback(ProgressCallback):
     """The progress bar (with ETA) plus one readable line per logging step instead of a raw dict."""
 
-    KEYS = [("reward", "reward", "{:.3f}"), ("reward_std", "std", "{:.3f}"),
-            ("completions/mean_length", "len", "{:.1f}"), ("entropy", "entropy", "{:.3f}"),
-            ("kl", "kl", "{:.4f}"), ("learning_rate", "lr", "{:.1e}"), ("step_time", "s/step", "{:.1f}")]
+    KEYS: ClassVar[list[tuple[str, str, str]]] = [
+        ("reward", "reward", "{:.3f}"),
+        ("reward_std", "std", "{:.3f}"),
+        ("completions/mean_length", "len", "{:.1f}"),
+        ("entropy", "entropy", "{:.3f}"),
+        ("kl", "kl", "{:.4f}"),
+        ("learning_rate", "lr", "{:.1e}"),
+        ("step_time", "s/step", "{:.1f}"),
+    ]
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or self.training_bar is None or not logs:
@@ -69,10 +77,16 @@ class ConciseProgressCallback(ProgressCallback):
             self.training_bar.write(f"trained {state.global_step} steps in {logs['train_runtime']:.0f} s")
             return
         parts = [f"step {state.global_step}/{state.max_steps}"]
-        parts += [f"{label} {fmt.format(logs[key])}" for key, label, fmt in self.KEYS
-                  if isinstance(logs.get(key), (int, float))]
-        parts += [f"{k.split('/')[1]} {v:.3f}" for k, v in logs.items()
-                  if k.startswith("rewards/") and k.endswith("/mean") and isinstance(v, (int, float))]
+        parts += [
+            f"{label} {fmt.format(logs[key])}"
+            for key, label, fmt in self.KEYS
+            if isinstance(logs.get(key), (int, float))
+        ]
+        parts += [
+            f"{k.split('/')[1]} {v:.3f}"
+            for k, v in logs.items()
+            if k.startswith("rewards/") and k.endswith("/mean") and isinstance(v, (int, float))
+        ]
         self.training_bar.write(" | ".join(parts))
 
 
@@ -105,7 +119,12 @@ def setup_console(run_dir: Path | None, main: bool = True) -> None:
         log_file = open(run_dir / "train.log", "a", buffering=1)  # noqa: SIM115 - lives as long as the process
         sys.stdout = _Tee(sys.stdout, log_file)
         sys.stderr = _Tee(sys.stderr, log_file)
-    logging.basicConfig(level=logging.INFO if main else logging.WARNING, datefmt="%H:%M:%S", stream=sys.stdout,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
+    logging.basicConfig(
+        level=logging.INFO if main else logging.WARNING,
+        datefmt="%H:%M:%S",
+        stream=sys.stdout,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        force=True,
+    )
     for noisy in ("httpx", "urllib3", "filelock", "datasets"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -8,6 +8,7 @@ Values are checked first with Hydra and OmegaConf alone, so a wrong value costs 
 the registries (tasks, rewards) and TRL's own rules come next, in this process, which the job then
 reuses.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -23,8 +24,22 @@ from grpo_common.errors import ConfigError
 from grpo_recipes.checks import check_config, check_values, unknown_key_message
 
 # Hydra's own informational flags: they run no job, so nothing is checked.
-INFO_FLAGS = ("--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc",
-              "--version", "--resolve", "--package", "-p", "--experimental-rerun")
+INFO_FLAGS = (
+    "--cfg",
+    "-c",
+    "--help",
+    "-h",
+    "--hydra-help",
+    "--info",
+    "-i",
+    "--shell-completion",
+    "-sc",
+    "--version",
+    "--resolve",
+    "--package",
+    "-p",
+    "--experimental-rerun",
+)
 MAX_JOBS_PLANNED = 512  # a bigger sweep is checked one swept value at a time
 
 
@@ -89,11 +104,16 @@ def expand(line: CommandLine) -> tuple[list[list[str]], bool]:
     if math.prod(len(values) for values in lists) <= MAX_JOBS_PLANNED:
         return [list(job) for job in itertools.product(*lists)], plannable
     first = [values[0] for values in lists]
-    return [first[:i] + [v] + first[i + 1:] for i, values in enumerate(lists) for v in values], False
+    return [first[:i] + [v] + first[i + 1 :] for i, values in enumerate(lists) for v in values], False
 
 
-def compose(config_dir: Path, line: CommandLine, overrides: list[str], job_num: int | None = None,
-            hydra_cfg: dict | None = None) -> tuple[dict[str, Any], Path]:
+def compose(
+    config_dir: Path,
+    line: CommandLine,
+    overrides: list[str],
+    job_num: int | None = None,
+    hydra_cfg: dict | None = None,
+) -> tuple[dict[str, Any], Path]:
     """The resolved config of one job, and its run directory (`job_num`: a sweep's job); Hydra's errors
     as one line. `hydra_cfg` receives the job's launcher and sweeper targets."""
     from hydra import compose as hydra_compose
@@ -102,12 +122,18 @@ def compose(config_dir: Path, line: CommandLine, overrides: list[str], job_num: 
     from omegaconf import OmegaConf, open_dict
     from omegaconf.errors import OmegaConfBaseException
 
-    search = [f"hydra.searchpath=[{','.join('file://' + d for d in line.search_dirs)}]"] if line.search_dirs else []
+    search = (
+        [f"hydra.searchpath=[{','.join('file://' + d for d in line.search_dirs)}]"]
+        if line.search_dirs
+        else []
+    )
     search += [f"hydra.job.num={job_num}"] if job_num is not None else []
     if line.config_path is not None:
         config_dir = config_dir.parent / line.config_path  # relative to train_grpo.py, as Hydra reads it
     error = None
-    with initialize_config_dir(version_base="1.3", config_dir=str(config_dir.resolve()), job_name="train_grpo"):
+    with initialize_config_dir(
+        version_base="1.3", config_dir=str(config_dir.resolve()), job_name="train_grpo"
+    ):
         try:
             cfg = hydra_compose(line.config_name, overrides=overrides + search, return_hydra_config=True)
         except MissingConfigException as err:
@@ -120,10 +146,14 @@ def compose(config_dir: Path, line: CommandLine, overrides: list[str], job_num: 
         if job_num is None:
             run_dir = Path(OmegaConf.select(cfg, "hydra.run.dir"))
         else:
-            run_dir = Path(OmegaConf.select(cfg, "hydra.sweep.dir")) / str(OmegaConf.select(cfg, "hydra.sweep.subdir"))
+            run_dir = Path(OmegaConf.select(cfg, "hydra.sweep.dir")) / str(
+                OmegaConf.select(cfg, "hydra.sweep.subdir")
+            )
         if hydra_cfg is not None:
-            hydra_cfg.update(launcher=OmegaConf.select(cfg, "hydra.launcher._target_"),
-                             sweeper=OmegaConf.select(cfg, "hydra.sweeper._target_"))
+            hydra_cfg.update(
+                launcher=OmegaConf.select(cfg, "hydra.launcher._target_"),
+                sweeper=OmegaConf.select(cfg, "hydra.sweeper._target_"),
+            )
         with open_dict(cfg):
             cfg.output_dir = str(run_dir)  # ${hydra:runtime.output_dir} exists only inside the job
             del cfg["hydra"]
@@ -139,8 +169,11 @@ def _missing_option(err) -> str:
     group, value = missing.rsplit("/", 1)
     close = difflib.get_close_matches(value, err.options, n=3, cutoff=0.5)
     hint = f" Did you mean: {', '.join(close)}?" if close else ""
-    extra = (" (a model of your own: model=<org/name> or model=<local dir>, or model=custom model.path=<it>)"
-             if group == "model" else "")
+    extra = (
+        " (a model of your own: model=<org/name> or model=<local dir>, or model=custom model.path=<it>)"
+        if group == "model"
+        else ""
+    )
     return f"{group}={value}: no such option.{hint} Options: {', '.join(sorted(err.options))}{extra}"
 
 
@@ -179,25 +212,34 @@ def check(argv: list[str], config_dir: Path) -> list[str]:
     if line is None:
         return argv
     if any(o.split("=", 1)[0].lstrip("+") == "output_dir" for o in line.overrides):
-        raise ConfigError("output_dir is the run directory Hydra makes: set output_root=... and run_name=... "
-                          "(or hydra.run.dir=...) instead")
+        raise ConfigError(
+            "output_dir is the run directory Hydra makes: set output_root=... and run_name=... "
+            "(or hydra.run.dir=...) instead"
+        )
     job_overrides, plannable = expand(line)
     hydra_cfg: dict[str, Any] = {}
-    jobs = [compose(config_dir, line, job, i if line.multirun else None, hydra_cfg)
-            for i, job in enumerate(job_overrides)]
+    jobs = [
+        compose(config_dir, line, job, i if line.multirun else None, hydra_cfg)
+        for i, job in enumerate(job_overrides)
+    ]
     for cfg, _ in jobs:  # every value first: a typo in a sweep's last job costs no import
         check_values(cfg)
     plannable = plannable and (not line.multirun or hydra_cfg.get("sweeper", "").endswith("BasicSweeper"))
     main = int(os.environ.get("RANK", "0")) == 0
-    plans = [resume.plan_run(run_dir, cfg["resume"], cfg["eval_only"], main) for cfg, run_dir in jobs] \
-        if plannable else []
+    plans = (
+        [resume.plan_run(run_dir, cfg["resume"], cfg["eval_only"], main) for cfg, run_dir in jobs]
+        if plannable
+        else []
+    )
     if not line.multirun and plans[0].action != "new":  # a resume: the run's own overrides, checked again
         argv, jobs = _resume(argv, config_dir, line, jobs[0][1], plans[0])
     elif plans and all(p.action == "finished" for p in plans):
         for (cfg, run_dir), plan in zip(jobs, plans):
             resume.check_finished(run_dir, cfg["max_steps"])
-        print(f"every job of this sweep already finished: nothing to do, and nothing was changed "
-              f"({', '.join(str(p.run_dir) for p in plans)})")
+        print(
+            f"every job of this sweep already finished: nothing to do, and nothing was changed "
+            f"({', '.join(str(p.run_dir) for p in plans)})"
+        )
         sys.exit(0)
     for cfg, _ in jobs:
         check_config(cfg)

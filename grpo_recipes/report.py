@@ -6,6 +6,7 @@ Written at the end of every run, and on demand for any run directory (finished o
 
 Reads only what the run wrote: metrics.jsonl, eval_results/*.json, train_results.json, config.yaml.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,9 +16,13 @@ from typing import Any
 
 from grpo_common.formats import rule_names
 
-EVAL_METRICS = [("accuracy", "accuracy", "{:.1%}"), ("mean_score", "mean score", "{:.3f}"),
-                ("format", "format compliance", "{:.1%}"), ("mean_length", "mean length (tokens)", "{:.1f}"),
-                ("truncated", "cut off at max length", "{:.1%}")]
+EVAL_METRICS = [
+    ("accuracy", "accuracy", "{:.1%}"),
+    ("mean_score", "mean score", "{:.3f}"),
+    ("format", "format compliance", "{:.1%}"),
+    ("mean_length", "mean length (tokens)", "{:.1f}"),
+    ("truncated", "cut off at max length", "{:.1%}"),
+]
 
 
 def load_run(run_dir: Path) -> dict[str, Any]:
@@ -32,9 +37,16 @@ def load_run(run_dir: Path) -> dict[str, Any]:
     for path in (run_dir / "eval_results").glob("eval_step_*.json"):
         ev = json.loads(path.read_text())
         evals[int(ev["step"])] = ev
-    results = json.loads((run_dir / "train_results.json").read_text()) if (run_dir / "train_results.json").exists() else {}
-    return {"train": [r for r in lines if r.get("split") == "train" and "train/reward" in r],
-            "evals": dict(sorted(evals.items())), "results": results}
+    results = (
+        json.loads((run_dir / "train_results.json").read_text())
+        if (run_dir / "train_results.json").exists()
+        else {}
+    )
+    return {
+        "train": [r for r in lines if r.get("split") == "train" and "train/reward" in r],
+        "evals": dict(sorted(evals.items())),
+        "results": results,
+    }
 
 
 def tasks_of(evals: dict[int, dict]) -> list[str]:
@@ -45,7 +57,7 @@ def _smooth(values: list[float]) -> list[float]:
     window = max(1, len(values) // 10)
     out = []
     for i in range(len(values)):
-        chunk = [v for v in values[max(0, i - window + 1): i + 1] if v is not None]
+        chunk = [v for v in values[max(0, i - window + 1) : i + 1] if v is not None]
         out.append(sum(chunk) / len(chunk) if chunk else None)
     return out
 
@@ -88,17 +100,33 @@ def make_plots(run_dir: Path, run: dict[str, Any]) -> list[tuple[str, str]]:
     for i, task in enumerate(tasks):
         c = colors[i % len(colors)]
         steps = list(evals)
-        ax.plot(steps, [evals[s]["metrics"].get(f"{task}/accuracy") for s in steps], "o-", color=c, linewidth=2,
-                markersize=7, label=f"{task}: fixed eval (greedy)")
-        _plot_train(ax, train, f"train/accuracy/{task}", f"{task}: train samples (smoothed)", color=c, raw=False)
+        ax.plot(
+            steps,
+            [evals[s]["metrics"].get(f"{task}/accuracy") for s in steps],
+            "o-",
+            color=c,
+            linewidth=2,
+            markersize=7,
+            label=f"{task}: fixed eval (greedy)",
+        )
+        _plot_train(
+            ax, train, f"train/accuracy/{task}", f"{task}: train samples (smoothed)", color=c, raw=False
+        )
         if ax.lines:
             ax.lines[-1].set_linestyle("--")
     if len(tasks) > 1:
         steps = list(evals)
-        ax.plot(steps, [evals[s]["metrics"]["accuracy"] for s in steps], "s-", color="black", linewidth=2.5,
-                label="all tasks: fixed eval")
-    ax.set(xlabel="training step", ylabel="accuracy (score >= 1)", ylim=(-0.02, 1.02),
-           title="Accuracy per task")
+        ax.plot(
+            steps,
+            [evals[s]["metrics"]["accuracy"] for s in steps],
+            "s-",
+            color="black",
+            linewidth=2.5,
+            label="all tasks: fixed eval",
+        )
+    ax.set(
+        xlabel="training step", ylabel="accuracy (score >= 1)", ylim=(-0.02, 1.02), title="Accuracy per task"
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")
     save(fig, "accuracy.png", "Accuracy per task")
@@ -107,16 +135,31 @@ def make_plots(run_dir: Path, run: dict[str, Any]) -> list[tuple[str, str]]:
         # 2. reward: total and per reward function, plus how many groups carry a learning signal
         fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
         _plot_train(ax1, train, "train/reward", "total reward (weighted sum)", color="black")
-        names = sorted({k.split("/")[2] for r in train for k in r if k.startswith("train/rewards/") and k.endswith("/mean")})
+        names = sorted(
+            {
+                k.split("/")[2]
+                for r in train
+                for k in r
+                if k.startswith("train/rewards/") and k.endswith("/mean")
+            }
+        )
         for i, name in enumerate(names):
-            _plot_train(ax1, train, f"train/rewards/{name}/mean", name, color=colors[i % len(colors)], raw=False)
+            _plot_train(
+                ax1, train, f"train/rewards/{name}/mean", name, color=colors[i % len(colors)], raw=False
+            )
         ax1.set(ylabel="reward", title="Train reward (faint: per step, bold: moving average)")
         ax1.grid(alpha=0.3)
         ax1.legend(fontsize=8)
-        has = _plot_train(ax2, train, "train/groups/reward_varied", "groups whose rewards differ", color=colors[0])
-        has |= _plot_train(ax2, train, "train/groups/answer_varied", "groups whose answers differ", color=colors[1])
+        has = _plot_train(
+            ax2, train, "train/groups/reward_varied", "groups whose rewards differ", color=colors[0]
+        )
+        has |= _plot_train(
+            ax2, train, "train/groups/answer_varied", "groups whose answers differ", color=colors[1]
+        )
         if not has:
-            _plot_train(ax2, train, "train/frac_reward_zero_std", "groups with equal rewards", color=colors[0])
+            _plot_train(
+                ax2, train, "train/frac_reward_zero_std", "groups with equal rewards", color=colors[0]
+            )
         ax2.set(xlabel="training step", ylabel="share of prompt groups", ylim=(-0.02, 1.02))
         ax2.grid(alpha=0.3)
         ax2.legend(fontsize=8)
@@ -126,22 +169,43 @@ def make_plots(run_dir: Path, run: dict[str, Any]) -> list[tuple[str, str]]:
         fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
         _plot_train(ax1, train, "train/completions/mean_length", "train samples", color=colors[0])
         steps = list(evals)
-        ax1.plot(steps, [evals[s]["metrics"]["mean_length"] for s in steps], "o-", color=colors[1], linewidth=2,
-                 label="fixed eval (greedy)")
+        ax1.plot(
+            steps,
+            [evals[s]["metrics"]["mean_length"] for s in steps],
+            "o-",
+            color=colors[1],
+            linewidth=2,
+            label="fixed eval (greedy)",
+        )
         ax1.set(ylabel="tokens", title="Completion length")
         ax1.grid(alpha=0.3)
         ax1.legend(fontsize=8)
-        ax2.plot(steps, [evals[s]["metrics"]["format"] for s in steps], "o-", color=colors[2], linewidth=2,
-                 label="fixed eval: format compliance")
-        _plot_train(ax2, train, "train/completions/clipped_ratio", "train: cut off at max length", color=colors[3])
-        ax2.set(xlabel="training step", ylabel="share", ylim=(-0.02, 1.02), title="Format compliance and truncation")
+        ax2.plot(
+            steps,
+            [evals[s]["metrics"]["format"] for s in steps],
+            "o-",
+            color=colors[2],
+            linewidth=2,
+            label="fixed eval: format compliance",
+        )
+        _plot_train(
+            ax2, train, "train/completions/clipped_ratio", "train: cut off at max length", color=colors[3]
+        )
+        ax2.set(
+            xlabel="training step",
+            ylabel="share",
+            ylim=(-0.02, 1.02),
+            title="Format compliance and truncation",
+        )
         ax2.grid(alpha=0.3)
         ax2.legend(fontsize=8)
         save(fig, "length_format.png", "Completion length and format compliance")
 
         # 4. entropy and KL to the reference (KL only when beta > 0)
         has_kl = any(isinstance(r.get("train/kl"), (int, float)) for r in train)
-        fig, axes = plt.subplots(2 if has_kl else 1, 1, figsize=(8, 6 if has_kl else 3.5), sharex=True, squeeze=False)
+        fig, axes = plt.subplots(
+            2 if has_kl else 1, 1, figsize=(8, 6 if has_kl else 3.5), sharex=True, squeeze=False
+        )
         _plot_train(axes[0][0], train, "train/entropy", "entropy", color=colors[4])
         axes[0][0].set(ylabel="nats per token", title="Policy entropy")
         if has_kl:
@@ -162,16 +226,22 @@ def _table(evals: dict[int, dict], tasks: list[str]) -> list[str]:
     ks = sorted({k.split("@")[1] for k in m1 if k.startswith("pass@")}, key=int)
     metrics = EVAL_METRICS + [(f"pass@{k}", f"pass@{k}", "{:.1%}") for k in ks]
     cols = [label for _, label, _ in metrics]
-    out = [f"Step {first} -> step {last}." if first != last else f"Step {last}.", "",
-           "| task | " + " | ".join(cols[:1] + ["change"] + cols[1:]) + " |",
-           "|---|" + "---:|" * (len(cols) + 1)]
+    out = [
+        f"Step {first} -> step {last}." if first != last else f"Step {last}.",
+        "",
+        "| task | " + " | ".join(cols[:1] + ["change"] + cols[1:]) + " |",
+        "|---|" + "---:|" * (len(cols) + 1),
+    ]
     for task in (["all tasks"] if len(tasks) > 1 else []) + tasks:
         prefix = "" if task == "all tasks" else f"{task}/"
         cells = []
         for key, _, fmt in metrics:
             a, b = m0.get(prefix + key), m1.get(prefix + key)
-            cell = "" if b is None else (fmt.format(b) if first == last or a is None
-                                         else f"{fmt.format(a)} -> {fmt.format(b)}")
+            cell = (
+                ""
+                if b is None
+                else (fmt.format(b) if first == last or a is None else f"{fmt.format(a)} -> {fmt.format(b)}")
+            )
             cells.append(cell)
             if key == "accuracy":
                 delta = None if first == last or a is None or b is None else (b - a) * 100
@@ -184,7 +254,9 @@ def _examples(evals: dict[int, dict], n: int = 3) -> list[str]:
     first, last = min(evals), max(evals)
     before, after = evals[first]["examples"], evals[last]["examples"]
     # favour problems whose outcome changed, then the rest, in eval order
-    order = sorted(range(min(len(before), len(after))), key=lambda i: before[i]["correct"] == after[i]["correct"])
+    order = sorted(
+        range(min(len(before), len(after))), key=lambda i: before[i]["correct"] == after[i]["correct"]
+    )
     out = []
     for i in order[:n]:
         b, a = before[i], after[i]
@@ -192,7 +264,7 @@ def _examples(evals: dict[int, dict], n: int = 3) -> list[str]:
         for step, e in ((first, b), (last, a)) if first != last else ((last, a),):
             mark = "correct" if e["correct"] else "wrong"
             text = e["completion"][:400].replace("\n", " ").replace("|", "\\|")
-            out.append(f"- step {step}: {mark}, extracted `{e['extracted']}` by {e['rule']}: \"{text}\"")
+            out.append(f'- step {step}: {mark}, extracted `{e["extracted"]}` by {e["rule"]}: "{text}"')
         out.append("")
     return out
 
@@ -207,13 +279,23 @@ def write_report(run_dir: str | Path) -> Path:
         from omegaconf import OmegaConf
 
         cfg = OmegaConf.load(config)
-        rewards = ", ".join(f"{k} x {v.get('weight', 1.0)}" for k, v in cfg.dataset.rewards.items() if v is not None)
-        lines += [f"- model: `{cfg.model.path}`", f"- tasks: {', '.join(cfg.dataset.tasks)}", f"- rewards: {rewards}",
-                  f"- learning rate {cfg.learning_rate}, {cfg.grpo.num_generations} completions per prompt, "
-                  f"max {cfg.grpo.max_completion_length} tokens, seed {cfg.seed}"]
+        rewards = ", ".join(
+            f"{k} x {v.get('weight', 1.0)}" for k, v in cfg.dataset.rewards.items() if v is not None
+        )
+        lines += [
+            f"- model: `{cfg.model.path}`",
+            f"- tasks: {', '.join(cfg.dataset.tasks)}",
+            f"- rewards: {rewards}",
+            (
+                f"- learning rate {cfg.learning_rate}, {cfg.grpo.num_generations} completions per prompt, "
+                f"max {cfg.grpo.max_completion_length} tokens, seed {cfg.seed}"
+            ),
+        ]
     if train:
-        lines.append(f"- trained {train[-1]['step']} steps"
-                     + (f" in {results['train_runtime']:.0f} s" if "train_runtime" in results else " (unfinished)"))
+        lines.append(
+            f"- trained {train[-1]['step']} steps"
+            + (f" in {results['train_runtime']:.0f} s" if "train_runtime" in results else " (unfinished)")
+        )
     lines.append("")
     if not evals:
         lines += ["No evaluation has been written yet."]
@@ -222,18 +304,38 @@ def write_report(run_dir: str | Path) -> Path:
         first, last = min(evals), max(evals)
         m0, m1 = evals[first]["metrics"], evals[last]["metrics"]
         if first != last:
-            lines += [f"**Fixed-eval accuracy: {m0['accuracy']:.1%} at step {first} -> {m1['accuracy']:.1%} at step "
-                      f"{last}** ({m1['num_examples']} problems, the same at every eval).", ""]
+            lines += [
+                (
+                    f"**Fixed-eval accuracy: {m0['accuracy']:.1%} at step {first} -> {m1['accuracy']:.1%} "
+                    "at step "
+                    f"{last}** ({m1['num_examples']} problems, the same at every eval)."
+                ),
+                "",
+            ]
         else:
-            lines += [f"**Fixed-eval accuracy at step {last}: {m1['accuracy']:.1%}** ({m1['num_examples']} problems).",
-                      ""]
+            lines += [
+                (
+                    f"**Fixed-eval accuracy at step {last}: {m1['accuracy']:.1%}** ({m1['num_examples']} "
+                    "problems)."
+                ),
+                "",
+            ]
         lines += ["## Baseline vs final", ""] + _table(evals, tasks) + [""]
         # the rules the eval recorded: the run's formats' (code tasks add theirs where they fired)
         rules = [f"{r}: {m1[f'rule/{r}']:.0%}" for r in rule_names() if f"rule/{r}" in m1]
         lines += [f"Answers found at step {last} by rule: {', '.join(rules)}.", ""]
         verifiers = evals[last].get("verifiers") or {}
-        lines += [f"Scored by: {'; '.join(f'{t}: {v}' for t, v in verifiers.items())} (training uses the same).",
-                  ""] if verifiers else []
+        lines += (
+            [
+                (
+                    f"Scored by: {'; '.join(f'{t}: {v}' for t, v in verifiers.items())} (training uses the "
+                    "same)."
+                ),
+                "",
+            ]
+            if verifiers
+            else []
+        )
         plots = make_plots(run_dir, run)
         lines += ["## Curves", ""] + [f"### {title}\n\n![{title}]({name})\n" for title, name in plots]
         lines += ["## Examples", ""] + _examples(evals)

@@ -15,6 +15,7 @@ saving); they are recorded as a new entry of overrides.yaml, never over the firs
 
 Import-light: the command-line check (preflight.py) plans a run before Hydra creates anything.
 """
+
 from __future__ import annotations
 
 import time
@@ -26,9 +27,23 @@ from typing import Any
 from grpo_common.errors import ConfigError
 
 # Keys a resume may change (a key, or a prefix ending in '.'); everything else defines the run.
-MUTABLE = ("max_steps", "resume", "report_to", "eval.", "grpo.logging_", "grpo.save_", "grpo.disable_tqdm",
-           "grpo.log_completions", "grpo.num_completions_to_print", "sandbox.workers", "grpo.fast_paths", "grpo.no_signal_warning",
-           "grpo.activation_checkpointing", "grpo.gradient_checkpointing", "model.attn_implementation")
+MUTABLE = (
+    "max_steps",
+    "resume",
+    "report_to",
+    "eval.",
+    "grpo.logging_",
+    "grpo.save_",
+    "grpo.disable_tqdm",
+    "grpo.log_completions",
+    "grpo.num_completions_to_print",
+    "sandbox.workers",
+    "grpo.fast_paths",
+    "grpo.no_signal_warning",
+    "grpo.activation_checkpointing",
+    "grpo.gradient_checkpointing",
+    "model.attn_implementation",
+)
 IMMUTABLE = ("eval.seed",)  # the fixed eval set stays the same for the whole run
 # Where the run lives: the plan has already found the directory, however it was spelled.
 IDENTITY = ("output_dir", "output_root", "run_name")
@@ -42,8 +57,9 @@ def is_mutable(key: str) -> bool:
 
 
 def holds_run(run_dir: Path) -> bool:
-    return run_dir.is_dir() and (any((run_dir / f).exists() for f in RUN_FILES)
-                                 or any(run_dir.glob("checkpoint-*")))
+    return run_dir.is_dir() and (
+        any((run_dir / f).exists() for f in RUN_FILES) or any(run_dir.glob("checkpoint-*"))
+    )
 
 
 def is_finished(run_dir: Path) -> bool:
@@ -75,26 +91,35 @@ def plan_run(run_dir: Path, resume: bool | str, eval_only: bool = False, main: b
     exists = holds_run(run_dir)
     if eval_only:
         if exists and main:
-            raise ConfigError(f"output dir '{run_dir}' already holds a run: eval_only writes its results into a "
-                              f"new run_name=... (model={run_dir}/final evaluates that run's final model)")
+            raise ConfigError(
+                f"output dir '{run_dir}' already holds a run: eval_only writes its results into a "
+                f"new run_name=... (model={run_dir}/final evaluates that run's final model)"
+            )
         return RunPlan("new", run_dir)
     if not exists:
         if resume is True and main:
-            raise ConfigError(f"resume=true: there is no run in '{run_dir}' to continue. Drop resume=true to start "
-                              "it, or resume=auto to start it only when it is not there yet")
+            raise ConfigError(
+                f"resume=true: there is no run in '{run_dir}' to continue. Drop resume=true to start "
+                "it, or resume=auto to start it only when it is not there yet"
+            )
         return RunPlan("new", run_dir)
     if resume is False:
         if not main:
             return RunPlan("new", run_dir)
-        raise ConfigError(f"output dir '{run_dir}' already holds a run: pass resume=true to continue it, or a new "
-                          "run_name=... to start another")
+        raise ConfigError(
+            f"output dir '{run_dir}' already holds a run: pass resume=true to continue it, or a new "
+            "run_name=... to start another"
+        )
     return RunPlan("finished" if is_finished(run_dir) else "resume", run_dir)
 
 
 def last_checkpoint_step(run_dir: Path) -> int | None:
     """The step of the newest checkpoint-<N> directory (transformers' naming), without importing it."""
-    steps = [int(p.name.split("-")[1]) for p in run_dir.glob("checkpoint-*")
-             if p.is_dir() and p.name.split("-")[1].isdigit()]
+    steps = [
+        int(p.name.split("-")[1])
+        for p in run_dir.glob("checkpoint-*")
+        if p.is_dir() and p.name.split("-")[1].isdigit()
+    ]
     return max(steps) if steps else None
 
 
@@ -102,8 +127,10 @@ def check_resume_point(run_dir: Path, max_steps: int) -> None:
     """A resume continues from the last checkpoint: it must still have steps to train."""
     step = last_checkpoint_step(run_dir)
     if step is not None and step >= max_steps:
-        raise ConfigError(f"max_steps={max_steps}: '{run_dir}' continues from checkpoint-{step}, so max_steps must be "
-                          f"above {step}; nothing was trained or changed")
+        raise ConfigError(
+            f"max_steps={max_steps}: '{run_dir}' continues from checkpoint-{step}, so max_steps must be "
+            f"above {step}; nothing was trained or changed"
+        )
 
 
 def changed_keys(old: Any, new: Any, prefix: str = "") -> list[str]:
@@ -111,7 +138,9 @@ def changed_keys(old: Any, new: Any, prefix: str = "") -> list[str]:
     the keys that only say where the run lives (IDENTITY) are not compared."""
     if isinstance(old, Mapping) and isinstance(new, Mapping):
         keys = [k for k in list(old) + [k for k in new if k not in old] if prefix or k not in IDENTITY]
-        return [c for k in keys for c in changed_keys(old.get(k, _MISSING), new.get(k, _MISSING), f"{prefix}{k}.")]
+        return [
+            c for k in keys for c in changed_keys(old.get(k, _MISSING), new.get(k, _MISSING), f"{prefix}{k}.")
+        ]
     return [] if old == new else [prefix.rstrip(".")]
 
 
@@ -126,15 +155,20 @@ def check_changes(run_dir: Path, saved: Mapping[str, Any], now: Mapping[str, Any
         shown = ", ".join(_change(saved, now, k) for k in refused[:6])
         more = f" and {len(refused) - 6} more" if len(refused) > 6 else ""
         raise ConfigError(
-            f"resume of '{run_dir}': {shown}{more} would change what the run learns; a resume continues the run as "
-            f"it was (its config.yaml). Only max_steps, eval.* (not eval.seed), logging and saving settings may "
-            f"change: start a new run_name=... for the rest")
+            f"resume of '{run_dir}': {shown}{more} would change what the run learns; a resume continues the "
+            "run as "
+            f"it was (its config.yaml). Only max_steps, eval.* (not eval.seed), logging and saving settings "
+            "may "
+            f"change: start a new run_name=... for the rest"
+        )
     return changed
 
 
 def _change(saved: Mapping[str, Any], now: Mapping[str, Any], dotted: str) -> str:
     before, after = _value(saved, dotted), _value(now, dotted)
-    scalar = all(isinstance(v, (str, int, float, bool, type(None))) and len(str(v)) <= 40 for v in (before, after))
+    scalar = all(
+        isinstance(v, (str, int, float, bool, type(None))) and len(str(v)) <= 40 for v in (before, after)
+    )
     return f"{dotted} ({_show(before)} -> {_show(after)})" if scalar else dotted
 
 
@@ -156,14 +190,18 @@ def check_finished(run_dir: Path, max_steps: int) -> None:
     step = finished_step(run_dir)
     if step is not None and max_steps != step:
         raise ConfigError(
-            f"max_steps={max_steps}: '{run_dir}' is a finished run (step {step}); a finished run is never trained or "
-            f"rewritten. Start a new run_name=... (model={run_dir}/final starts from its final weights)")
+            f"max_steps={max_steps}: '{run_dir}' is a finished run (step {step}); a finished run is never "
+            "trained or "
+            f"rewritten. Start a new run_name=... (model={run_dir}/final starts from its final weights)"
+        )
 
 
 def finished_message(run_dir: Path) -> str:
-    return (f"'{run_dir}' already finished at step {finished_step(run_dir)}: nothing to do, and nothing was "
-            f"changed. Its results: {run_dir}/report.md; a longer run: a new run_name=... with "
-            f"model={run_dir}/final")
+    return (
+        f"'{run_dir}' already finished at step {finished_step(run_dir)}: nothing to do, and nothing was "
+        f"changed. Its results: {run_dir}/report.md; a longer run: a new run_name=... with "
+        f"model={run_dir}/final"
+    )
 
 
 # overrides.yaml: a list of entries {overrides: [...], at: time, resume: bool}; the first entry is the
@@ -211,7 +249,9 @@ def record_overrides(run_dir: Path, overrides: list[str], resumed: bool) -> None
     if resumed and entries:
         current = set(merge_overrides(*(e["overrides"] for e in entries)))
         overrides = [o for o in overrides if o not in current]
-    entries.append({"overrides": list(overrides), "at": time.strftime("%Y-%m-%dT%H:%M:%S"), "resume": resumed})
+    entries.append(
+        {"overrides": list(overrides), "at": time.strftime("%Y-%m-%dT%H:%M:%S"), "resume": resumed}
+    )
     tmp = run_dir / ".overrides.yaml.tmp"
     OmegaConf.save(OmegaConf.create(entries), tmp)
     tmp.replace(run_dir / "overrides.yaml")

@@ -1,6 +1,7 @@
 """One job of train_grpo.py: check the config and the run directory, assemble the run (setup.py),
 then train (or evaluate) and write the outputs. Nothing is written before everything is checked.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -52,7 +53,9 @@ def train(cfg: DictConfig) -> float:
         if plan.action == "finished":  # a sweep job (a single run stops before Hydra: preflight.py)
             resume.check_finished(run_dir, container["max_steps"])
             log.info(resume.finished_message(run_dir))
-            return float(json.loads((run_dir / "train_results.json").read_text()).get("final_eval_accuracy", 0.0))
+            return float(
+                json.loads((run_dir / "train_results.json").read_text()).get("final_eval_accuracy", 0.0)
+            )
         if plan.action == "resume" and main:
             saved = _saved_config(run_dir)
             if saved is not None:
@@ -102,19 +105,34 @@ def make_evaluator(cfg: dict[str, Any], s: Setup):
 
     e = cfg["eval"]
     return FixedEvaluator(
-        s.eval_rows, s.taskset, s.tokenizer, cfg["dataset"]["prompt_format"],
-        max_new_tokens=e.get("max_new_tokens") or s.args.max_completion_length, batch_size=e["batch_size"],
-        do_sample=e["do_sample"], temperature=e["temperature"], pass_k=e.get("pass_k"),
-        print_examples=e.get("print_examples", 0), response_prefix=s.response_prefix,
+        s.eval_rows,
+        s.taskset,
+        s.tokenizer,
+        cfg["dataset"]["prompt_format"],
+        max_new_tokens=e.get("max_new_tokens") or s.args.max_completion_length,
+        batch_size=e["batch_size"],
+        do_sample=e["do_sample"],
+        temperature=e["temperature"],
+        pass_k=e.get("pass_k"),
+        print_examples=e.get("print_examples", 0),
+        response_prefix=s.response_prefix,
     )
 
 
 def _describe(cfg: dict[str, Any], run_dir: Path, s: Setup) -> None:
     n_params = sum(t.numel() for t in s.model.parameters()) / 1e6
-    log.info("Run dir %s | %s x%d | model %s (%.1f M parameters, %s) | tasks %s | %d train / %d eval problems",
-             run_dir, s.hw.name, s.hw.world_size, cfg["model"]["path"], n_params,
-             str(s.model.dtype).replace("torch.", ""), ", ".join(s.taskset.names), len(s.train_dataset),
-             len(s.eval_rows))
+    log.info(
+        "Run dir %s | %s x%d | model %s (%.1f M parameters, %s) | tasks %s | %d train / %d eval problems",
+        run_dir,
+        s.hw.name,
+        s.hw.world_size,
+        cfg["model"]["path"],
+        n_params,
+        str(s.model.dtype).replace("torch.", ""),
+        ", ".join(s.taskset.names),
+        len(s.train_dataset),
+        len(s.eval_rows),
+    )
 
 
 def model_step(model_path: str) -> int:
@@ -173,8 +191,15 @@ def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
     if not s.args.disable_tqdm:
         callbacks.append(ConciseProgressCallback)
     try:
-        trainer = GRPOTrainer(model=s.model, reward_funcs=s.reward_funcs, args=s.args, train_dataset=s.train_dataset,
-                              processing_class=s.tokenizer, peft_config=s.peft_config, callbacks=callbacks)
+        trainer = GRPOTrainer(
+            model=s.model,
+            reward_funcs=s.reward_funcs,
+            args=s.args,
+            train_dataset=s.train_dataset,
+            processing_class=s.tokenizer,
+            peft_config=s.peft_config,
+            callbacks=callbacks,
+        )
     except ValueError as err:  # a setting TRL or transformers refuse only when the trainer is built
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
@@ -183,13 +208,21 @@ def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
         trainer.remove_callback(ProgressCallback)  # ConciseProgressCallback draws the bar
     stop = GracefulStop()
     evaluation = FixedEvalCallback(
-        make_evaluator(cfg, s), run_dir, every_n_steps=cfg["eval"]["every_n_steps"], accelerator=trainer.accelerator,
+        make_evaluator(cfg, s),
+        run_dir,
+        every_n_steps=cfg["eval"]["every_n_steps"],
+        accelerator=trainer.accelerator,
         # eval metrics go to every tracker through the trainer's callbacks; a fresh TrainerControl, since
         # CallbackHandler.on_log resets `should_log`, which would drop this step's train log line
-        send_logs=lambda logs, state: trainer.callback_handler.on_log(trainer.args, state, TrainerControl(), logs),
-        skip_final_eval=lambda: stop.requested)  # a stop on a signal: the resumed run evaluates instead
+        send_logs=lambda logs, state: trainer.callback_handler.on_log(
+            trainer.args, state, TrainerControl(), logs
+        ),
+        skip_final_eval=lambda: stop.requested,
+    )  # a stop on a signal: the resumed run evaluates instead
     trainer.add_callback(evaluation)
-    trainer.add_callback(NoSignalWarning(cfg["grpo"].get("no_signal_warning", 3), s.args.max_completion_length))
+    trainer.add_callback(
+        NoSignalWarning(cfg["grpo"].get("no_signal_warning", 3), s.args.max_completion_length)
+    )
     trainer.add_callback(stop)
     return Training(trainer, evaluation, stop)
 
@@ -202,18 +235,31 @@ def _train(cfg: dict[str, Any], run_dir: Path, s: Setup, training: Training) -> 
     trainer, stop = training.trainer, training.stop
     _describe(cfg, run_dir, s)
     if s.peft_config is not None:
-        log.info("LoRA r=%d alpha=%d on %s", s.peft_config.r, s.peft_config.lora_alpha,
-                 sorted(s.peft_config.target_modules) if not isinstance(s.peft_config.target_modules, str)
-                 else s.peft_config.target_modules)
+        log.info(
+            "LoRA r=%d alpha=%d on %s",
+            s.peft_config.r,
+            s.peft_config.lora_alpha,
+            sorted(s.peft_config.target_modules)
+            if not isinstance(s.peft_config.target_modules, str)
+            else s.peft_config.target_modules,
+        )
     log.info("Fast paths: %s", fast_paths.apply(trainer, cfg["grpo"].get("fast_paths", "auto")))
     n_train = sum(t.numel() for t in trainer.model.parameters() if t.requires_grad)
     n_all = sum(t.numel() for t in trainer.model.parameters())
-    log.info("Training %.2f M of %.2f M parameters (%.2f%%)", n_train / 1e6, n_all / 1e6, 100 * n_train / n_all)
+    log.info(
+        "Training %.2f M of %.2f M parameters (%.2f%%)", n_train / 1e6, n_all / 1e6, 100 * n_train / n_all
+    )
     if s.resumed:  # from the last checkpoint, or from the start when the run stopped before its first
         step = int(s.checkpoint.name.split("-")[-1]) if s.checkpoint is not None else -1
-        dropped = trim_metrics_after(run_dir / "metrics.jsonl", step) if trainer.is_world_process_zero() else 0
-        log.info("Resuming from %s (%d metric lines after step %d dropped: they are logged again)",
-                 s.checkpoint or "the start: no checkpoint was saved", dropped, max(step, 0))
+        dropped = (
+            trim_metrics_after(run_dir / "metrics.jsonl", step) if trainer.is_world_process_zero() else 0
+        )
+        log.info(
+            "Resuming from %s (%d metric lines after step %d dropped: they are logged again)",
+            s.checkpoint or "the start: no checkpoint was saved",
+            dropped,
+            max(step, 0),
+        )
     stop.install()
     try:
         result = trainer.train(resume_from_checkpoint=str(s.checkpoint) if s.checkpoint else None)
@@ -222,27 +268,46 @@ def _train(cfg: dict[str, Any], run_dir: Path, s: Setup, training: Training) -> 
     if stop.requested:
         if trainer.is_world_process_zero():
             write_report(run_dir)
-        log.warning("Stopped at step %d with checkpoint-%d saved. Continue with: %s", trainer.state.global_step,
-                    trainer.state.global_step, resume_command(cfg))
+        log.warning(
+            "Stopped at step %d with checkpoint-%d saved. Continue with: %s",
+            trainer.state.global_step,
+            trainer.state.global_step,
+            resume_command(cfg),
+        )
         raise Interrupted(stop.exit_code)
 
     final = run_dir / "final"
     trainer.save_model(str(final))  # the adapter alone when LoRA is on
-    if s.peft_config is not None and cfg["model"]["lora"].get("merge_on_save") and trainer.is_world_process_zero():
+    if (
+        s.peft_config is not None
+        and cfg["model"]["lora"].get("merge_on_save")
+        and trainer.is_world_process_zero()
+    ):
         merged = trainer.model.merge_and_unload()
         merged.save_pretrained(run_dir / "final-merged")
         s.tokenizer.save_pretrained(run_dir / "final-merged")
     history = training.evaluation.history
     first, last = min(history), max(history)
     metrics = dict(result.metrics)
-    metrics.update({"baseline_eval_accuracy": history[first]["accuracy"],
-                    "final_eval_accuracy": history[last]["accuracy"], "final_eval_step": last})
+    metrics.update(
+        {
+            "baseline_eval_accuracy": history[first]["accuracy"],
+            "final_eval_accuracy": history[last]["accuracy"],
+            "final_eval_step": last,
+        }
+    )
     if trainer.is_world_process_zero():
         trainer.state.save_to_json(str(final / "trainer_state.json"))  # lets eval_only know the step
         trainer.save_metrics("train", metrics, combined=False)
         report = write_report(run_dir)
-        log.info("Fixed eval accuracy: step %d %.3f -> step %d %.3f | report: %s",
-                 first, history[first]["accuracy"], last, history[last]["accuracy"], report)
+        log.info(
+            "Fixed eval accuracy: step %d %.3f -> step %d %.3f | report: %s",
+            first,
+            history[first]["accuracy"],
+            last,
+            history[last]["accuracy"],
+            report,
+        )
     return float(history[last]["accuracy"])
 
 
@@ -291,8 +356,10 @@ def run_from_hydra(cfg: DictConfig) -> float:
     except Interrupted as stop:
         sys.exit(stop.exit_code)
     except KeyboardInterrupt:
-        print("interrupted: files written so far are kept; resume=true continues from the last checkpoint",
-              file=sys.stderr)
+        print(
+            "interrupted: files written so far are kept; resume=true continues from the last checkpoint",
+            file=sys.stderr,
+        )
         sys.exit(130)
 
 

@@ -5,6 +5,7 @@
 
 The trainer and its callbacks are built from this by run.py.
 """
+
 from __future__ import annotations
 
 import logging
@@ -58,18 +59,36 @@ def assemble(cfg: dict[str, Any], plan: RunPlan) -> Setup:
     taskset, train_dataset, eval_rows = build_datasets(cfg["dataset"], cfg["eval"])
     if any(is_code_task(name) for name in taskset.names):
         log.info("code tasks run in the sandbox: %s", sandbox.layers())
-    ctx = RewardContext(scorer=taskset.score, prompt_format=cfg["dataset"]["prompt_format"],
-                        max_completion_length=cfg["grpo"].get("max_completion_length"), judge=taskset.judge,
-                        response_prefix=prefix)
+    ctx = RewardContext(
+        scorer=taskset.score,
+        prompt_format=cfg["dataset"]["prompt_format"],
+        max_completion_length=cfg["grpo"].get("max_completion_length"),
+        judge=taskset.judge,
+        response_prefix=prefix,
+    )
     reward_funcs, weights = build_rewards(cfg["dataset"]["rewards"], ctx)
 
     grpo_kwargs = build_grpo_kwargs(cfg, hw, reward_weights=weights)
     if resolve_activation_checkpointing(grpo_kwargs, model, hw, lora=peft_config is not None):
-        log.info("activation checkpointing on (grpo.activation_checkpointing=%s)",
-                 cfg["grpo"].get("activation_checkpointing"))
+        log.info(
+            "activation checkpointing on (grpo.activation_checkpointing=%s)",
+            cfg["grpo"].get("activation_checkpointing"),
+        )
     args = build_grpo_config(grpo_kwargs)
-    return Setup(hw, model, tokenizer, peft_config, prefix, taskset, train_dataset, eval_rows, reward_funcs, args,
-                 checkpoint=last_checkpoint(plan), resumed=plan.action == "resume")
+    return Setup(
+        hw,
+        model,
+        tokenizer,
+        peft_config,
+        prefix,
+        taskset,
+        train_dataset,
+        eval_rows,
+        reward_funcs,
+        args,
+        checkpoint=last_checkpoint(plan),
+        resumed=plan.action == "resume",
+    )
 
 
 def last_checkpoint(plan: RunPlan) -> Path | None:

@@ -5,6 +5,7 @@ process exits non-zero (143 / 130) with a line saying how to resume. A second si
 Files already written stay whole either way: metrics.jsonl lines and eval JSONs are written atomically.
 On resume, metrics.jsonl lines logged after the checkpoint are dropped, since training re-logs them.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,8 +39,10 @@ class GracefulStop(TrainerCallback):
         if self.signum is not None:  # second signal: stop now
             raise KeyboardInterrupt
         self.signum = signum
-        log.warning("%s received: finishing this step, saving a checkpoint and stopping (again to stop at once)",
-                    signal.Signals(signum).name)
+        log.warning(
+            "%s received: finishing this step, saving a checkpoint and stopping (again to stop at once)",
+            signal.Signals(signum).name,
+        )
 
     @property
     def requested(self) -> bool:

@@ -7,6 +7,7 @@ demand for any sweep directory, finished or still running:
 
 Writes summary.md and summary.png into the sweep directory and prints the table.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,14 @@ def job_row(job: Path) -> dict[str, Any] | None:
     overrides = first_overrides(job)
     if not evals and not (job / "config.yaml").exists():
         return None
-    row = {"job": job.name, "overrides": overrides, "finished": (job / "train_results.json").exists(),
-           "baseline": None, "final": None, "step": None}
+    row = {
+        "job": job.name,
+        "overrides": overrides,
+        "finished": (job / "train_results.json").exists(),
+        "baseline": None,
+        "final": None,
+        "step": None,
+    }
     if evals:
         first, last = min(evals), max(evals)
         row["baseline"] = json.loads(evals[first].read_text())["metrics"]["accuracy"]
@@ -53,16 +60,30 @@ def summarize_sweep(sweep_dir: str | Path) -> Path:
     def pct(x):
         return "" if x is None else f"{x:.1%}"
 
-    lines = [f"# Sweep summary: {sweep_dir.name}", "",
-             f"{len(rows)} jobs, {sum(r['finished'] for r in rows)} finished; ranked by their latest fixed-eval "
-             "accuracy.", "",
-             "| rank | job | overrides | final accuracy | at step | baseline | change | status |",
-             "|---:|---|---|---:|---:|---:|---:|---|"]
+    lines = [
+        f"# Sweep summary: {sweep_dir.name}",
+        "",
+        (
+            f"{len(rows)} jobs, {sum(r['finished'] for r in rows)} finished; ranked by their latest "
+            "fixed-eval "
+            "accuracy."
+        ),
+        "",
+        "| rank | job | overrides | final accuracy | at step | baseline | change | status |",
+        "|---:|---|---|---:|---:|---:|---:|---|",
+    ]
     for i, r in enumerate(rows, 1):
         change = "" if r["final"] is None else f"{(r['final'] - r['baseline']) * 100:+.1f} pts"
-        status = "finished" if r["finished"] else ("running or stopped" if r["step"] is not None else "no eval yet")
-        lines.append(f"| {i} | {r['job']} | `{r['label']}` | {pct(r['final'])} | {r['step'] if r['step'] is not None else ''} "
-                     f"| {pct(r['baseline'])} | {change} | {status} |")
+        status = (
+            "finished"
+            if r["finished"]
+            else ("running or stopped" if r["step"] is not None else "no eval yet")
+        )
+        lines.append(
+            f"| {i} | {r['job']} | `{r['label']}` | {pct(r['final'])} | "
+            f"{r['step'] if r['step'] is not None else ''} "
+            f"| {pct(r['baseline'])} | {change} | {status} |"
+        )
     if rows:
         _plot(sweep_dir, rows)
         lines += ["", "![final accuracy per job](summary.png)"]
@@ -84,9 +105,19 @@ def _plot(sweep_dir: Path, rows: list[dict[str, Any]]) -> None:
     fig, ax = plt.subplots(figsize=(8, 0.5 * len(shown) + 1.5))
     y = range(len(shown))
     ax.barh(y, [r["final"] for r in shown], color="tab:blue", label="latest fixed eval")
-    ax.scatter([r["baseline"] for r in shown], y, color="black", marker="|", s=300, label="baseline (step 0)", zorder=3)
+    ax.scatter(
+        [r["baseline"] for r in shown],
+        y,
+        color="black",
+        marker="|",
+        s=300,
+        label="baseline (step 0)",
+        zorder=3,
+    )
     ax.set_yticks(list(y), [f"{r['job']}: {r['label']}"[:60] for r in shown], fontsize=8)
-    ax.set(xlabel="accuracy", xlim=(0, 1), title=f"Sweep {sweep_dir.name}: jobs ranked by fixed-eval accuracy")
+    ax.set(
+        xlabel="accuracy", xlim=(0, 1), title=f"Sweep {sweep_dir.name}: jobs ranked by fixed-eval accuracy"
+    )
     ax.grid(axis="x", alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()

@@ -2,13 +2,15 @@
 
 Nothing is downloaded: tests and smoke runs exercise the whole pipeline in seconds.
 """
+
 from __future__ import annotations
 
 import string
 
 CHATML = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] "
-    "+ '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+    "+ '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' "
+    "}}{% endif %}"
 )
 SPECIALS = ["<pad>", "<unk>", "<|im_start|>", "<|im_end|>"]
 
@@ -23,8 +25,12 @@ def tiny_tokenizer():
     backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     backend.decoder = decoders.Fuse()
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend, pad_token="<pad>", unk_token="<unk>", eos_token="<|im_end|>",
-        bos_token=None, additional_special_tokens=["<|im_start|>"],
+        tokenizer_object=backend,
+        pad_token="<pad>",
+        unk_token="<unk>",
+        eos_token="<|im_end|>",
+        bos_token=None,
+        additional_special_tokens=["<|im_start|>"],
     )
     tokenizer.chat_template = CHATML
     return tokenizer
@@ -35,10 +41,17 @@ def tiny_model(tokenizer, seed: int = 0, hidden_size: int = 32, num_layers: int 
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
-        num_hidden_layers=num_layers, num_attention_heads=2, num_key_value_heads=1,
-        max_position_embeddings=2048, tie_word_embeddings=True,
-        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=None,
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
     )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config)

@@ -1,4 +1,5 @@
 """Correctness from the task's own verifier, on the answer the prompt format reads (the judge)."""
+
 from __future__ import annotations
 
 from grpo_common.formats import get_format
@@ -24,8 +25,14 @@ def make_accuracy_reward(judge, mode: str = "binary"):
         else:
             out = [1.0 if ok else (0.0 if mode == "binary" else -1.0) for ok in correct]
         if callable(kwargs.get("log_metric")):  # inside GRPOTrainer: per-task accuracy, group variance
-            log_train_stats(kwargs["log_metric"], [r.get("question", "") for r in rows],
-                            [r.get("task", "unknown") for r in rows], out, correct, answers)
+            log_train_stats(
+                kwargs["log_metric"],
+                [r.get("question", "") for r in rows],
+                [r.get("task", "unknown") for r in rows],
+                out,
+                correct,
+                answers,
+            )
         return out
 
     return reward
@@ -38,7 +45,9 @@ def make_correct_and_format_reward(judge, prompt_format: str, format_weight: flo
     def reward(prompts, completions, **kwargs):
         texts = [completion_text(c) for c in completions]
         judged = judge(texts, entries(kwargs, len(completions)))
-        return [float(score >= 1.0) + format_weight * (float(fmt.is_formatted(text)) - 1.0)
-                for text, (_, score) in zip(texts, judged)]
+        return [
+            float(score >= 1.0) + format_weight * (float(fmt.is_formatted(text)) - 1.0)
+            for text, (_, score) in zip(texts, judged)
+        ]
 
     return reward

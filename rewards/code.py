@@ -10,6 +10,7 @@ results on a line tagged with a random nonce it reads from stdin: a program that
 nothing. Other languages (a command template in the `sandbox` config) run one program per test;
 a test passes when its program exits 0 in time and the language's epilogue then echoes the nonce.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -45,15 +46,24 @@ class TestSuite:
         if not isinstance(metadata, dict) or "tests" not in metadata:
             return None
         try:
-            return cls(str(metadata.get("entry_point") or ""), tuple((str(s), bool(c)) for s, c in metadata["tests"]),
-                       str(metadata.get("setup") or ""), str(metadata.get("language") or "python"),
-                       str(metadata.get("code_prompt") or ""))
+            return cls(
+                str(metadata.get("entry_point") or ""),
+                tuple((str(s), bool(c)) for s, c in metadata["tests"]),
+                str(metadata.get("setup") or ""),
+                str(metadata.get("language") or "python"),
+                str(metadata.get("code_prompt") or ""),
+            )
         except (TypeError, ValueError):
             return None
 
     def to_metadata(self) -> dict[str, Any]:
-        return {"entry_point": self.entry_point, "tests": [list(t) for t in self.tests], "setup": self.setup,
-                "language": self.language, "code_prompt": self.prompt}
+        return {
+            "entry_point": self.entry_point,
+            "tests": [list(t) for t in self.tests],
+            "setup": self.setup,
+            "language": self.language,
+            "code_prompt": self.prompt,
+        }
 
     def limited(self, max_tests: int | None) -> TestSuite:
         """At most `max_tests` counted tests, spread evenly over the suite (first, ..., last), so that
@@ -93,7 +103,7 @@ def assemble(solution: str, suite: TestSuite) -> str:
     return suite.prompt + solution
 
 
-_HARNESS = r'''
+_HARNESS = r"""
 def _run_tests(program, prompt, setup, entry, steps, per_test):
     # Everything the verdict depends on is bound here, before the solution runs: it may patch
     # builtins, modules or its own globals, but the tests run in a fresh namespace (pristine
@@ -101,13 +111,15 @@ def _run_tests(program, prompt, setup, entry, steps, per_test):
     # return values must be plain data (no object that equals everything).
     import builtins, json, os, signal, sys, time
     _exec, _compile, _write, _exit, _dumps = exec, compile, os.write, os._exit, json.dumps
-    _setitimer, _timer, _now, _type, _all, _dict = signal.setitimer, signal.ITIMER_REAL, time.monotonic, type, all, dict
+    _setitimer, _timer, _now = signal.setitimer, signal.ITIMER_REAL, time.monotonic
+    _type, _all, _dict = type, all, dict
     _modules, _vars, _list = sys.modules, vars, list
     pristine = _dict(builtins.__dict__)
     # Modules loaded now are restored after the solution ran; any it loaded are dropped, so a test
     # that imports one (math, random, ...) gets a fresh copy, not one the solution patched.
     _module_type, _isinstance = type(sys), isinstance
-    saved = {name: (m, _dict(_vars(m))) for name, m in _list(_modules.items()) if _isinstance(m, _module_type)}
+    saved = {name: (m, _dict(_vars(m)))
+             for name, m in _list(_modules.items()) if _isinstance(m, _module_type)}
     others = {name: m for name, m in _list(_modules.items()) if name not in saved}
     nonce = sys.stdin.readline().strip()
     out = os.dup(1)
@@ -194,12 +206,18 @@ def _run_tests(program, prompt, setup, entry, steps, per_test):
     _write(out, ("\n" + nonce + " " + _dumps(results) + "\n").encode())
     _exit(0)  # skip any atexit handler the solution registered
 
-'''
+"""
 
 
 def python_harness(solution: str, suite: TestSuite, per_test_timeout: float) -> str:
-    args = [assemble(solution, suite), suite.prompt, suite.setup, suite.entry_point, suite.tests,
-            float(per_test_timeout)]
+    args = [
+        assemble(solution, suite),
+        suite.prompt,
+        suite.setup,
+        suite.entry_point,
+        suite.tests,
+        float(per_test_timeout),
+    ]
     return _HARNESS + f"import json as _json\n_run_tests(*_json.loads({json.dumps(args)!r}))\n"
 
 
@@ -207,15 +225,19 @@ def _parse_verdict(stdout: str, nonce: str, total: int) -> list[bool] | None:
     for line in reversed(stdout.splitlines()):
         if line.startswith(nonce + " "):
             try:
-                results = json.loads(line[len(nonce) + 1:])
+                results = json.loads(line[len(nonce) + 1 :])
             except ValueError:
                 return None
             return [bool(r) for r in results] if isinstance(results, list) and len(results) == total else None
     return None
 
 
-def run_suites(solutions: Sequence[str | None], suites: Sequence[TestSuite], timeout: float = 2.0,
-               executor: Executor | None = None) -> list[Outcome]:
+def run_suites(
+    solutions: Sequence[str | None],
+    suites: Sequence[TestSuite],
+    timeout: float = 2.0,
+    executor: Executor | None = None,
+) -> list[Outcome]:
     """Run every solution against its suite, all programs of the batch in parallel.
 
     `timeout`: seconds per test; a missing solution passes nothing without running.
@@ -240,7 +262,9 @@ def run_suites(solutions: Sequence[str | None], suites: Sequence[TestSuite], tim
                 if counted:
                     nonce = secrets.token_hex(16) if epilogue else None
                     body = "\n".join([program, suite.setup, *prelude, source, epilogue or ""])
-                    programs.append(Program(body, suite.language, f"{nonce}\n" if nonce else "", timeout + 2.0))
+                    programs.append(
+                        Program(body, suite.language, f"{nonce}\n" if nonce else "", timeout + 2.0)
+                    )
                     owners.append((i, "test"))
                     nonces.append(nonce)
                 else:
@@ -276,10 +300,17 @@ def make_code_reward(judge, base_weight: float = 1.0, perfect_bonus: float = 1.0
         perfect = [fraction >= 1.0 for _, fraction in judged]
         for i, (_, fraction), all_passed in zip(runnable, judged, perfect):
             out[i] = fraction * base_weight + (perfect_bonus if all_passed else 0.0)
-        if callable(kwargs.get("log_metric")) and runnable:  # per-task accuracy (all tests pass), group variance
-            log_train_stats(kwargs["log_metric"], [rows[i].get("question", "") for i in runnable],
-                            [rows[i].get("task", "unknown") for i in runnable], [out[i] for i in runnable],
-                            perfect, [extraction.answer for extraction, _ in judged])
+        if (
+            callable(kwargs.get("log_metric")) and runnable
+        ):  # per-task accuracy (all tests pass), group variance
+            log_train_stats(
+                kwargs["log_metric"],
+                [rows[i].get("question", "") for i in runnable],
+                [rows[i].get("task", "unknown") for i in runnable],
+                [out[i] for i in runnable],
+                perfect,
+                [extraction.answer for extraction, _ in judged],
+            )
         return out
 
     return reward

@@ -1,4 +1,5 @@
 """What every reward needs: the text of a completion and the task entry it answers."""
+
 from __future__ import annotations
 
 import math
@@ -28,6 +29,7 @@ def is_number(value: Any) -> bool:
 def judge_with(scorer, answer_format: PromptFormat):
     """A batch judge `(texts, entries) -> [(Extraction, score)]` from a per-answer scorer, reading
     answers with `answer_format` (TaskSet.judge is the full one: code tasks, batch scoring)."""
+
     def judge(texts, rows):
         out = []
         for text, row in zip(texts, rows):

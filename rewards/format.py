@@ -1,5 +1,6 @@
 """Format compliance: does the completion present its answer the way the prompt format asks?
 The format decides (`PromptFormat.is_formatted`, strict or soft: grpo_common/formats.py)."""
+
 from __future__ import annotations
 
 from grpo_common.formats import get_format

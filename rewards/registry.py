@@ -9,6 +9,7 @@ YAML (under `dataset.rewards`), one entry per reward; the key becomes the functi
       strict_fmt: {fn: format, weight: 0.1, mode: strict}   # same factory, second entry
       mine:     {fn: my_pkg.my_module.my_reward, weight: 0.5}  # any function by dotted path
 """
+
 from __future__ import annotations
 
 import difflib
@@ -53,27 +54,41 @@ class RewardContext:
 
 # name -> (factory(ctx, **params), accepted params with their choices or None for free values)
 REWARDS: dict[str, tuple[Callable[..., Callable], dict[str, tuple | None]]] = {
-    "accuracy": (lambda ctx, mode="binary": make_accuracy_reward(ctx.judge, mode),
-                 {"mode": ("binary", "graded", "signed")}),
-    "format": (lambda ctx, mode="strict": make_format_reward(ctx.prompt_format, mode),
-               {"mode": ("strict", "soft")}),
+    "accuracy": (
+        lambda ctx, mode="binary": make_accuracy_reward(ctx.judge, mode),
+        {"mode": ("binary", "graded", "signed")},
+    ),
+    "format": (
+        lambda ctx, mode="strict": make_format_reward(ctx.prompt_format, mode),
+        {"mode": ("strict", "soft")},
+    ),
     "correct_and_format": (
-        lambda ctx, format_weight=0.1: make_correct_and_format_reward(ctx.judge, ctx.prompt_format, format_weight),
+        lambda ctx, format_weight=0.1: make_correct_and_format_reward(
+            ctx.judge, ctx.prompt_format, format_weight
+        ),
         {"format_weight": None},
     ),
     "tag_count": (lambda ctx: make_tag_count_reward(ctx.prompt_format), {}),
     "soft_overlong": (
-        lambda ctx, max_length=None, cache=None: make_soft_overlong_reward(max_length, cache,
-                                                                           ctx.max_completion_length),
+        lambda ctx, max_length=None, cache=None: make_soft_overlong_reward(
+            max_length, cache, ctx.max_completion_length
+        ),
         {"max_length": None, "cache": None},
     ),
-    "length_scaled": (lambda ctx, scope="batch": make_length_scaled_reward(ctx.judge, scope),
-                      {"scope": ("batch", "group")}),
-    "code_tests": (lambda ctx, base_weight=1.0, perfect_bonus=1.0, **moved: _code_reward(ctx, base_weight,
-                                                                                         perfect_bonus, moved),
-                   {"base_weight": None, "perfect_bonus": None, "max_tests": None, "timeout": None}),
-    "repetition": (lambda ctx, ngram_size=3, max_penalty=-1.0: make_repetition_reward(ngram_size, max_penalty),
-                   {"ngram_size": None, "max_penalty": None}),
+    "length_scaled": (
+        lambda ctx, scope="batch": make_length_scaled_reward(ctx.judge, scope),
+        {"scope": ("batch", "group")},
+    ),
+    "code_tests": (
+        lambda ctx, base_weight=1.0, perfect_bonus=1.0, **moved: _code_reward(
+            ctx, base_weight, perfect_bonus, moved
+        ),
+        {"base_weight": None, "perfect_bonus": None, "max_tests": None, "timeout": None},
+    ),
+    "repetition": (
+        lambda ctx, ngram_size=3, max_penalty=-1.0: make_repetition_reward(ngram_size, max_penalty),
+        {"ngram_size": None, "max_penalty": None},
+    ),
 }
 
 
@@ -81,12 +96,16 @@ def _code_reward(ctx: RewardContext, base_weight, perfect_bonus, moved: dict[str
     if moved:  # the suite is the task's choice now, shared by training and eval
         key = min(moved)
         task_key = {"timeout": "test_timeout"}.get(key, key)
-        raise ConfigError(f"dataset.rewards.code_tests.{key}: set it on the code task instead, "
-                          f"dataset.tasks.<task>.config.{task_key}, so that training and eval run the same tests")
+        raise ConfigError(
+            f"dataset.rewards.code_tests.{key}: set it on the code task instead, "
+            f"dataset.tasks.<task>.config.{task_key}, so that training and eval run the same tests"
+        )
     return make_code_reward(ctx.judge, base_weight, perfect_bonus)
 
 
-def register_reward(name: str, factory: Callable[..., Callable], params: dict[str, tuple | None] | None = None):
+def register_reward(
+    name: str, factory: Callable[..., Callable], params: dict[str, tuple | None] | None = None
+):
     REWARDS[name] = (factory, params or {})
 
 
@@ -104,6 +123,7 @@ def _import_dotted(path: str) -> Callable:
 def _named(fn: Callable, name: str, ctx: RewardContext) -> Callable:
     """`fn` under its YAML name, reading each completion as the whole reply (`ctx.response_prefix`, set
     once the tokenizer is loaded, + the completion)."""
+
     def reward(*args, **kwargs):
         if ctx.response_prefix:
             if "completions" in kwargs:
@@ -131,7 +151,9 @@ def build_rewards(spec: Mapping[str, Any], ctx: RewardContext) -> tuple[list[Cal
         fn_name = params.pop("fn", key)
         if "." in fn_name or ":" in fn_name:
             if params:
-                raise ConfigError(f"dataset.rewards.{key}: a dotted-path reward takes only 'weight', got {sorted(params)}")
+                raise ConfigError(
+                    f"dataset.rewards.{key}: a dotted-path reward takes only 'weight', got {sorted(params)}"
+                )
             fn = _import_dotted(fn_name)
         elif fn_name in REWARDS:
             factory, accepted = REWARDS[fn_name]
@@ -139,10 +161,12 @@ def build_rewards(spec: Mapping[str, Any], ctx: RewardContext) -> tuple[list[Cal
                 if p not in accepted:
                     raise ConfigError(
                         f"dataset.rewards.{key}: unknown option '{p}'; '{fn_name}' accepts "
-                        f"{', '.join(['weight', *accepted]) }"
+                        f"{', '.join(['weight', *accepted])}"
                     )
                 if accepted[p] is not None and value not in accepted[p]:
-                    raise ConfigError(f"dataset.rewards.{key}.{p}={value!r}; accepted: {', '.join(accepted[p])}")
+                    raise ConfigError(
+                        f"dataset.rewards.{key}.{p}={value!r}; accepted: {', '.join(accepted[p])}"
+                    )
             try:
                 fn = factory(ctx, **params)
             except ConfigError as err:  # a factory's message names the reward; the user wrote `key`
@@ -158,5 +182,3 @@ def build_rewards(spec: Mapping[str, Any], ctx: RewardContext) -> tuple[list[Cal
         funcs.append(_named(fn, key, ctx))
         weights.append(float(weight))
     return funcs, weights
-
-

@@ -16,6 +16,7 @@ trainer) soft_overlong estimates ceil(characters / 4) tokens and length_scaled u
 (its ratio does not depend on the unit). Every reward returns one finite float per completion and
 never raises on odd completions (empty, None, huge, non-str content).
 """
+
 from __future__ import annotations
 
 import math
@@ -54,8 +55,9 @@ def make_tag_count_reward(prompt_format: str) -> Callable:
     return reward
 
 
-def make_soft_overlong_reward(max_length: int | None, cache: int | None = None,
-                              max_completion_length: int | None = None) -> Callable:
+def make_soft_overlong_reward(
+    max_length: int | None, cache: int | None = None, max_completion_length: int | None = None
+) -> Callable:
     """L_max = `max_length` (None: grpo.max_completion_length, passed in as `max_completion_length`);
     L_cache = `cache` (None: a fifth of L_max, DAPO's ratio of 4096 to 20480). TRL truncates completions
     at max_completion_length, so with the default L_max a truncated completion scores -1."""
@@ -63,15 +65,18 @@ def make_soft_overlong_reward(max_length: int | None, cache: int | None = None,
     if max_length is None:
         max_length = max_completion_length
         if max_length is None:
-            raise ConfigError(f"{name}.max_length: not set and grpo.max_completion_length is unknown; "
-                              "set max_length (in tokens)")
+            raise ConfigError(
+                f"{name}.max_length: not set and grpo.max_completion_length is unknown; "
+                "set max_length (in tokens)"
+            )
     if not is_int(max_length) or max_length < 1:
         raise ConfigError(f"{name}.max_length must be a positive integer (tokens), got {max_length!r}")
     if cache is None:
         cache = max_length // 5
     if not is_int(cache) or not 0 <= cache <= max_length:
-        raise ConfigError(f"{name}.cache must be an integer between 0 and max_length={max_length}, "
-                          f"got {cache!r}")
+        raise ConfigError(
+            f"{name}.cache must be an integer between 0 and max_length={max_length}, got {cache!r}"
+        )
     threshold = max_length - cache
 
     def reward(prompts, completions, completion_ids=None, **kwargs):
@@ -95,7 +100,9 @@ def make_length_scaled_reward(judge, scope: str = "batch") -> Callable:
     def reward(prompts, completions, completion_ids=None, **kwargs):
         n = len(completions)
         lengths = _lengths(completions, completion_ids, len)
-        correct = [score >= 1.0 for _, score in judge([completion_text(c) for c in completions], entries(kwargs, n))]
+        correct = [
+            score >= 1.0 for _, score in judge([completion_text(c) for c in completions], entries(kwargs, n))
+        ]
         if scope == "group" and "question" in kwargs:
             questions = kwargs["question"]
             groups = [list(run) for _, run in groupby(range(n), key=lambda i: questions[i])]

@@ -1,4 +1,5 @@
 """`python -m tasks` lists every task; `python -m tasks NAME` shows its config keys and an example."""
+
 import sys
 
 from tasks import TaskSet, available_tasks, task_config_keys

@@ -10,6 +10,7 @@ The model answers with code (a ```python block, or inside <answer> tags); `score
 the tests in the sandbox and returns the fraction passed (1.0: all pass, i.e. correct).
 `score_answers` scores a batch with all programs running in parallel.
 """
+
 from __future__ import annotations
 
 import ast
@@ -46,17 +47,22 @@ class CodeDataset(ProceduralDataset):
 
     def verifier(self) -> str:
         """What a score means, for the eval's JSON and the report."""
-        tests = "all of each problem's tests" if not self.config.max_tests else \
-            f"at most {self.config.max_tests} of each problem's tests (spread over the suite)"
+        tests = (
+            "all of each problem's tests"
+            if not self.config.max_tests
+            else f"at most {self.config.max_tests} of each problem's tests (spread over the suite)"
+        )
         return f"the fraction of {tests} that pass in the sandbox, {self.config.test_timeout:g} s per test"
 
 
 def check_max_tests(max_tests: int | None) -> None:
-    assert max_tests is None or (isinstance(max_tests, int) and max_tests >= 1), \
+    assert max_tests is None or (isinstance(max_tests, int) and max_tests >= 1), (
         f"max_tests must be a positive integer or null, got {max_tests!r}"
+    )
 
 
 # ---------------------------------------------------------------- HumanEval
+
 
 @functools.cache
 def split_check(test_source: str) -> tuple[str, tuple[tuple[str, bool], ...]]:
@@ -109,12 +115,17 @@ class HumanEvalDataset(CodeDataset):
         return {
             "question": f"Complete this Python function. {INSTRUCTION}\n\n```python\n{problem['prompt']}```",
             "answer": problem["prompt"] + problem["canonical_solution"],
-            "metadata": {"source_dataset": "humaneval", "source_index": idx, "task_id": problem["task_id"],
-                         **suite.to_metadata()},
+            "metadata": {
+                "source_dataset": "humaneval",
+                "source_index": idx,
+                "task_id": problem["task_id"],
+                **suite.to_metadata(),
+            },
         }
 
 
 # ---------------------------------------------------------------- procedural Python functions
+
 
 def _int_list(rng: Random) -> list[int]:
     return [rng.randint(-9, 20) for _ in range(rng.randint(1, 6))]
@@ -126,36 +137,104 @@ def _word(rng: Random) -> str:
 
 # name -> (signature, description, body, reference, input maker); {k} / {c} are drawn per problem.
 TEMPLATES: dict[str, tuple[str, str, str, Any, Any]] = {
-    "add_k": ("add_{k}(x)", "returns x plus {k}", "return x + {k}", lambda x, k, c: x + k,
-              lambda rng: (rng.randint(-50, 50),)),
-    "times_k": ("times_{k}(x)", "returns x multiplied by {k}", "return x * {k}", lambda x, k, c: x * k,
-                lambda rng: (rng.randint(-20, 20),)),
-    "is_multiple_of_k": ("is_multiple_of_{k}(n)", "returns True if n is divisible by {k}, else False",
-                         "return n % {k} == 0", lambda n, k, c: n % k == 0, lambda rng: (rng.randint(0, 60),)),
-    "square": ("square(x)", "returns x squared", "return x * x", lambda x, k, c: x * x,
-               lambda rng: (rng.randint(-12, 12),)),
-    "absolute": ("absolute(x)", "returns the absolute value of x", "return abs(x)", lambda x, k, c: abs(x),
-                 lambda rng: (rng.randint(-40, 40),)),
-    "list_sum": ("list_sum(xs)", "returns the sum of the numbers in the list xs", "return sum(xs)",
-                 lambda xs, k, c: sum(xs), lambda rng: (_int_list(rng),)),
-    "list_max": ("list_max(xs)", "returns the largest number in the non-empty list xs", "return max(xs)",
-                 lambda xs, k, c: max(xs), lambda rng: (_int_list(rng),)),
-    "last_item": ("last_item(xs)", "returns the last element of the non-empty list xs", "return xs[-1]",
-                  lambda xs, k, c: xs[-1], lambda rng: (_int_list(rng),)),
-    "count_evens": ("count_evens(xs)", "returns how many even numbers are in the list xs",
-                    "return sum(1 for x in xs if x % 2 == 0)", lambda xs, k, c: sum(x % 2 == 0 for x in xs),
-                    lambda rng: (_int_list(rng),)),
-    "reverse_string": ("reverse_string(s)", "returns the string s reversed", "return s[::-1]",
-                       lambda s, k, c: s[::-1], lambda rng: (_word(rng),)),
-    "repeat_k": ("repeat_{k}(s)", "returns the string s repeated {k} times", "return s * {k}",
-                 lambda s, k, c: s * k, lambda rng: (_word(rng),)),
-    "count_char": ("count_{c}(s)", "returns how many times the letter '{c}' appears in the string s",
-                   "return s.count('{c}')", lambda s, k, c: s.count(c), lambda rng: (_word(rng),)),
-    "to_upper": ("to_upper(s)", "returns the string s in upper case", "return s.upper()",
-                 lambda s, k, c: s.upper(), lambda rng: (_word(rng),)),
-    "is_palindrome": ("is_palindrome(s)", "returns True if the string s reads the same backwards, else False",
-                      "return s == s[::-1]", lambda s, k, c: s == s[::-1],
-                      lambda rng: (rng.choice([_word(rng), "aba", "abba", "c"]),)),
+    "add_k": (
+        "add_{k}(x)",
+        "returns x plus {k}",
+        "return x + {k}",
+        lambda x, k, c: x + k,
+        lambda rng: (rng.randint(-50, 50),),
+    ),
+    "times_k": (
+        "times_{k}(x)",
+        "returns x multiplied by {k}",
+        "return x * {k}",
+        lambda x, k, c: x * k,
+        lambda rng: (rng.randint(-20, 20),),
+    ),
+    "is_multiple_of_k": (
+        "is_multiple_of_{k}(n)",
+        "returns True if n is divisible by {k}, else False",
+        "return n % {k} == 0",
+        lambda n, k, c: n % k == 0,
+        lambda rng: (rng.randint(0, 60),),
+    ),
+    "square": (
+        "square(x)",
+        "returns x squared",
+        "return x * x",
+        lambda x, k, c: x * x,
+        lambda rng: (rng.randint(-12, 12),),
+    ),
+    "absolute": (
+        "absolute(x)",
+        "returns the absolute value of x",
+        "return abs(x)",
+        lambda x, k, c: abs(x),
+        lambda rng: (rng.randint(-40, 40),),
+    ),
+    "list_sum": (
+        "list_sum(xs)",
+        "returns the sum of the numbers in the list xs",
+        "return sum(xs)",
+        lambda xs, k, c: sum(xs),
+        lambda rng: (_int_list(rng),),
+    ),
+    "list_max": (
+        "list_max(xs)",
+        "returns the largest number in the non-empty list xs",
+        "return max(xs)",
+        lambda xs, k, c: max(xs),
+        lambda rng: (_int_list(rng),),
+    ),
+    "last_item": (
+        "last_item(xs)",
+        "returns the last element of the non-empty list xs",
+        "return xs[-1]",
+        lambda xs, k, c: xs[-1],
+        lambda rng: (_int_list(rng),),
+    ),
+    "count_evens": (
+        "count_evens(xs)",
+        "returns how many even numbers are in the list xs",
+        "return sum(1 for x in xs if x % 2 == 0)",
+        lambda xs, k, c: sum(x % 2 == 0 for x in xs),
+        lambda rng: (_int_list(rng),),
+    ),
+    "reverse_string": (
+        "reverse_string(s)",
+        "returns the string s reversed",
+        "return s[::-1]",
+        lambda s, k, c: s[::-1],
+        lambda rng: (_word(rng),),
+    ),
+    "repeat_k": (
+        "repeat_{k}(s)",
+        "returns the string s repeated {k} times",
+        "return s * {k}",
+        lambda s, k, c: s * k,
+        lambda rng: (_word(rng),),
+    ),
+    "count_char": (
+        "count_{c}(s)",
+        "returns how many times the letter '{c}' appears in the string s",
+        "return s.count('{c}')",
+        lambda s, k, c: s.count(c),
+        lambda rng: (_word(rng),),
+    ),
+    "to_upper": (
+        "to_upper(s)",
+        "returns the string s in upper case",
+        "return s.upper()",
+        lambda s, k, c: s.upper(),
+        lambda rng: (_word(rng),),
+    ),
+    "is_palindrome": (
+        "is_palindrome(s)",
+        "returns True if the string s reads the same backwards, else False",
+        "return s == s[::-1]",
+        lambda s, k, c: s == s[::-1],
+        lambda rng: (rng.choice([_word(rng), "aba", "abba", "c"]),),
+    ),
 }
 
 
@@ -196,21 +275,29 @@ class PythonFunctionsDataset(CodeDataset):
             if args not in inputs or tries > 20 * self.config.num_tests:
                 inputs.append(args)
         example = inputs[0]
-        tests = tuple((f"assert candidate({', '.join(map(repr, a))}) == {reference(*a, k, c)!r}", True)
-                      for a in inputs)
+        tests = tuple(
+            (f"assert candidate({', '.join(map(repr, a))}) == {reference(*a, k, c)!r}", True) for a in inputs
+        )
         suite = TestSuite(entry_point, tests)
-        question = (f"Write a Python function `{signature}` that {description}.\n"
-                    f"Example: {entry_point}({', '.join(map(repr, example))}) returns "
-                    f"{reference(*example, k, c)!r}.\n{INSTRUCTION}")
+        question = (
+            f"Write a Python function `{signature}` that {description}.\n"
+            f"Example: {entry_point}({', '.join(map(repr, example))}) returns "
+            f"{reference(*example, k, c)!r}.\n{INSTRUCTION}"
+        )
         return {
             "question": question,
             "answer": f"def {signature}:\n    {body}\n",
-            "metadata": {"source_dataset": "python_functions", "source_index": idx, "template": name,
-                         **suite.to_metadata()},
+            "metadata": {
+                "source_dataset": "python_functions",
+                "source_index": idx,
+                "template": name,
+                **suite.to_metadata(),
+            },
         }
 
 
 # ---------------------------------------------------------------- your own file
+
 
 @dataclass
 class CodeFileConfig:
@@ -231,7 +318,9 @@ class CodeFileConfig:
     size: int = 500
 
     def validate(self) -> None:
-        assert self.path not in (None, "", "???"), "path is not set: give the problems file, e.g. problems.jsonl"
+        assert self.path not in (None, "", "???"), (
+            "path is not set: give the problems file, e.g. problems.jsonl"
+        )
         assert self.test_timeout > 0, "test_timeout must be > 0"
         check_max_tests(self.max_tests)
         self.problems()
@@ -241,26 +330,52 @@ class CodeFileConfig:
 
         table = load_table(self.path)
         assert table.n_rows > 0, f"path '{self.path}' holds no rows"
-        for key in ("question_column", "tests_column", "entry_point_column", "setup_column", "solution_column"):
+        for key in (
+            "question_column",
+            "tests_column",
+            "entry_point_column",
+            "setup_column",
+            "solution_column",
+        ):
             column = getattr(self, key)
-            if column is not None and (column not in table.columns) and key in ("question_column", "tests_column"):
-                raise AssertionError(f"{key} '{column}' is not a column of {self.path}; its columns: "
-                                     f"{', '.join(table.columns)}")
+            if (
+                column is not None
+                and (column not in table.columns)
+                and key in ("question_column", "tests_column")
+            ):
+                raise AssertionError(
+                    f"{key} '{column}' is not a column of {self.path}; its columns: "
+                    f"{', '.join(table.columns)}"
+                )
 
         def column(key: str) -> list:
             name = getattr(self, key)
             return table.column(name) if name and name in table.columns else [None] * table.n_rows
 
         out = []
-        for row, (question, tests, entry, setup, solution) in enumerate(zip(
-                column("question_column"), column("tests_column"), column("entry_point_column"),
-                column("setup_column"), column("solution_column"))):
+        for row, (question, tests, entry, setup, solution) in enumerate(
+            zip(
+                column("question_column"),
+                column("tests_column"),
+                column("entry_point_column"),
+                column("setup_column"),
+                column("solution_column"),
+            )
+        ):
             tests = json.loads(tests) if isinstance(tests, str) and tests.lstrip().startswith("[") else tests
             tests = [tests] if isinstance(tests, str) else list(tests or [])
-            assert tests and all(isinstance(t, str) and t.strip() for t in tests), \
+            assert tests and all(isinstance(t, str) and t.strip() for t in tests), (
                 f"tests_column '{self.tests_column}' of row {row} must be a non-empty list of test snippets"
-            out.append({"question": str(question), "tests": tests, "entry_point": str(entry or ""),
-                        "setup": str(setup or ""), "solution": solution})
+            )
+            out.append(
+                {
+                    "question": str(question),
+                    "tests": tests,
+                    "entry_point": str(entry or ""),
+                    "setup": str(setup or ""),
+                    "solution": solution,
+                }
+            )
         return out
 
 
@@ -276,11 +391,18 @@ class CodeFileDataset(CodeDataset):
     def __getitem__(self, idx: int) -> dict[str, Any]:
         row = self.order[idx % len(self.order)]
         p = self.problems[row]
-        suite = TestSuite(p["entry_point"], tuple((t, True) for t in p["tests"]), p["setup"], self.config.language)
+        suite = TestSuite(
+            p["entry_point"], tuple((t, True) for t in p["tests"]), p["setup"], self.config.language
+        )
         return {
             "question": p["question"],
             "answer": "" if p["solution"] is None else str(p["solution"]),
-            "metadata": {"source_dataset": "code_file", "source_index": idx, "row": row, **suite.to_metadata()},
+            "metadata": {
+                "source_dataset": "code_file",
+                "source_index": idx,
+                "row": row,
+                **suite.to_metadata(),
+            },
         }
 
 

@@ -3,6 +3,7 @@
 Registering them in reasoning-gym's registry means one registry holds every task: they mix
 with reasoning-gym tasks in a composite and are scored through the same `score_answer`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -51,7 +52,9 @@ class SumDigitsDataset(_IntegerAnswerDataset):
     def __getitem__(self, idx: int) -> dict[str, Any]:
         rng = Random(self.seed + idx)
         c = self.config
-        numbers = [rng.randint(c.min_value, c.max_value) for _ in range(rng.randint(c.min_numbers, c.max_numbers))]
+        numbers = [
+            rng.randint(c.min_value, c.max_value) for _ in range(rng.randint(c.min_numbers, c.max_numbers))
+        ]
         return {
             "question": f"What is the total digit sum of {numbers}?",
             "answer": str(digit_sum(numbers)),

@@ -13,8 +13,9 @@ answer_format (gsm8k: the final answer follows "#### " | plain: the whole column
 when any answer holds "####"), rel_tol.
 
 Entries follow a seeded permutation of the rows; `idx` may exceed the row count: each further
-pass over the rows has its own seeded permutation (every row once per pass). The stored answer is the final answer, numbers written
-plainly ("#### 1,000" -> "1000"); `metadata.row` is the row index in the file.
+pass over the rows has its own seeded permutation (every row once per pass). The stored answer is
+the final answer, numbers written plainly ("#### 1,000" -> "1000"); `metadata.row` is the row
+index in the file.
 
 Matching (`score_answer`, 1.0 or 0.0, never raises):
 - A gold answer that reads as a number is compared as a number. Accepted spellings, on both
@@ -28,6 +29,7 @@ Matching (`score_answer`, 1.0 or 0.0, never raises):
 - Any other gold answer is compared as text, ignoring case, runs of whitespace and the same
   surrounding decoration ("Paris" == " paris. ").
 """
+
 from __future__ import annotations
 
 import csv
@@ -53,8 +55,25 @@ FORMATS = {".jsonl": "jsonl", ".json": "json", ".csv": "csv", ".tsv": "tsv", ".p
 ANSWER_FORMATS = ("auto", "gsm8k", "plain")
 _SUPPORTED = ".jsonl, .json, .csv, .tsv or .parquet"
 # Suffixes that make a name a file path rather than a hub dataset name.
-_FILE_SUFFIXES = set(FORMATS) | {".gz", ".txt", ".xlsx", ".xls", ".arrow", ".feather", ".pkl", ".pickle",
-                                 ".zip", ".bz2", ".xz", ".zst", ".ndjson", ".yaml", ".yml", ".pq", ".md"}
+_FILE_SUFFIXES = set(FORMATS) | {
+    ".gz",
+    ".txt",
+    ".xlsx",
+    ".xls",
+    ".arrow",
+    ".feather",
+    ".pkl",
+    ".pickle",
+    ".zip",
+    ".bz2",
+    ".xz",
+    ".zst",
+    ".ndjson",
+    ".yaml",
+    ".yml",
+    ".pq",
+    ".md",
+}
 _UNSET = (None, "", "???")  # ??? is Hydra's "required" marker (config/dataset/qa_file.yaml)
 _GSM8K_MARK = "####"
 
@@ -63,21 +82,41 @@ _GSM8K_MARK = "####"
 # Matching
 
 
-_MINUS_SIGNS = str.maketrans({"\u2212": "-", "\u2012": "-", "\u2013": "-", "\ufe63": "-", "\uff0d": "-",
-                              "\u00a0": " ", "\u2009": " ", "\u202f": " "})
-_WRAPPERS = [re.compile(p, re.DOTALL) for p in (
-    r"\\boxed\{(.*)\}", r"\\text\{(.*)\}", r"\$\$(.*)\$\$", r"\$(.*)\$", r"\\\((.*)\\\)", r"\*\*(.*)\*\*",
-    r"`(.*)`", r'"(.*)"', r"'(.*)'",
-)]
+_MINUS_SIGNS = str.maketrans(
+    {
+        "\u2212": "-",
+        "\u2012": "-",
+        "\u2013": "-",
+        "\ufe63": "-",
+        "\uff0d": "-",
+        "\u00a0": " ",
+        "\u2009": " ",
+        "\u202f": " ",
+    }
+)
+_WRAPPERS = [
+    re.compile(p, re.DOTALL)
+    for p in (
+        r"\\boxed\{(.*)\}",
+        r"\\text\{(.*)\}",
+        r"\$\$(.*)\$\$",
+        r"\$(.*)\$",
+        r"\\\((.*)\\\)",
+        r"\*\*(.*)\*\*",
+        r"`(.*)`",
+        r'"(.*)"',
+        r"'(.*)'",
+    )
+]
 _NUMBER = re.compile(
     r"(?P<sign1>[-+]?)\s*(?P<currency>[$€£¥₹]?)\s*(?P<sign2>[-+]?)\s*"
-    r"(?P<body>\d{1,3}(?:,\d{3})+(?:\.\d+)?"          # 1,000 / 1,000.50
-    r"|\d+/\d+"                                         # 3/4
-    r"|(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)"       # 1000 / 1000.00 / 1000. / .5 / 1e3
+    r"(?P<body>\d{1,3}(?:,\d{3})+(?:\.\d+)?"  # 1,000 / 1,000.50
+    r"|\d+/\d+"  # 3/4
+    r"|(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)"  # 1000 / 1000.00 / 1000. / .5 / 1e3
     r"\s*(?P<percent>%?)"
 )
-_MAX_EXPONENT = 400   # "1e999999" is not turned into a million-digit integer
-_MAX_CHARS = 1_000    # longer answers are compared as text
+_MAX_EXPONENT = 400  # "1e999999" is not turned into a million-digit integer
+_MAX_CHARS = 1_000  # longer answers are compared as text
 
 
 def _clean(text: Any) -> str:
@@ -98,8 +137,8 @@ def _clean(text: Any) -> str:
 @dataclass(frozen=True)
 class Number:
     value: Fraction
-    plain: bool          # written as a plain decimal (no %, fraction or exponent)
-    decimal: str         # "1000", "-5", "1000.5": the plain spelling, for the stored answer
+    plain: bool  # written as a plain decimal (no %, fraction or exponent)
+    decimal: str  # "1000", "-5", "1000.5": the plain spelling, for the stored answer
 
 
 def parse_number(text: Any) -> Number | None:
@@ -137,7 +176,8 @@ def parse_number(text: Any) -> Number | None:
 
 
 def canonical_answer(text: Any) -> str:
-    """The gold answer as stored: a plain decimal number written plainly ('1,000' -> '1000'), else cleaned text."""
+    """The gold answer as stored: a plain decimal number written plainly ('1,000' -> '1000'), else cleaned
+    text."""
     number = parse_number(text)
     return number.decimal if number is not None and number.plain else _clean(text)
 
@@ -173,10 +213,10 @@ def match_answer(answer: Any, gold: Any, rel_tol: float = 1e-6) -> float:
 
 @dataclass
 class _Table:
-    source: str                      # for messages: the path or "hub dataset 'x' (split 'train')"
+    source: str  # for messages: the path or "hub dataset 'x' (split 'train')"
     columns: list[str]
     n_rows: int
-    data: Any                        # {column: list} or a datasets.Dataset
+    data: Any  # {column: list} or a datasets.Dataset
 
     def column(self, name: str) -> list:
         return list(self.data[name])
@@ -184,9 +224,14 @@ class _Table:
 
 def _looks_local(path: str) -> bool:
     suffixes = {s.lower() for s in Path(path).suffixes}
-    return (path.startswith(("/", "./", "../", "~", ".\\")) or os.path.isabs(path) or "\\" in path
-            or path.count("/") > 1 or bool(suffixes & _FILE_SUFFIXES)
-            or not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", path))
+    return (
+        path.startswith(("/", "./", "../", "~", ".\\"))
+        or os.path.isabs(path)
+        or "\\" in path
+        or path.count("/") > 1
+        or bool(suffixes & _FILE_SUFFIXES)
+        or not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", path)
+    )
 
 
 def _kind(path: Path) -> tuple[str | None, bool]:
@@ -203,7 +248,8 @@ def _rows_to_table(source: str, rows: list) -> _Table:
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
             raise ValueError(  # noqa: TRY004 - bad user data, reported like every other config error
-                f"path '{source}': row {i} is {type(row).__name__}, not an object with named columns")
+                f"path '{source}': row {i} is {type(row).__name__}, not an object with named columns"
+            )
         columns.update(dict.fromkeys(map(str, row)))
     data = {c: [row.get(c) for row in rows] for c in columns}
     return _Table(source, list(columns), len(rows), data)
@@ -236,16 +282,20 @@ def _json_rows(source: str, text: str) -> list:
             return lists[0]
         if data and len(lists) == len(data) and len({len(v) for v in lists}) == 1:
             return [dict(zip(data, values)) for values in zip(*data.values())]
-    raise ValueError(f"path '{source}': expected a JSON list of objects (or JSON Lines), "
-                     f"got a {type(data).__name__} of another shape")
+    raise ValueError(
+        f"path '{source}': expected a JSON list of objects (or JSON Lines), "
+        f"got a {type(data).__name__} of another shape"
+    )
 
 
 def _read_file(path: Path) -> _Table:
     source = str(path)
     kind, gz = _kind(path)
     if kind is None:
-        raise ValueError(f"path '{source}': unsupported file type '{''.join(path.suffixes) or '(none)'}'; "
-                         f"use {_SUPPORTED}, or a hub dataset name")
+        raise ValueError(
+            f"path '{source}': unsupported file type '{''.join(path.suffixes) or '(none)'}'; "
+            f"use {_SUPPORTED}, or a hub dataset name"
+        )
     if path.stat().st_size == 0:
         raise ValueError(f"path '{source}' is empty (0 bytes)")
     if kind == "parquet":
@@ -260,8 +310,9 @@ def _read_file(path: Path) -> _Table:
         raw = path.read_bytes()
         text = (gzip.decompress(raw) if gz else raw).decode("utf-8-sig")
     except Exception as err:  # noqa: BLE001 - OSError, bad gzip (zlib.error, EOFError), not UTF-8
-        raise ValueError(f"path '{source}' could not be read as {kind}{' (gzip)' if gz else ''} "
-                         f"UTF-8 text: {err}") from None
+        raise ValueError(
+            f"path '{source}' could not be read as {kind}{' (gzip)' if gz else ''} UTF-8 text: {err}"
+        ) from None
     if kind == "jsonl":
         return _rows_to_table(source, _json_lines(source, text))
     if kind == "json":
@@ -278,8 +329,10 @@ def _read_saved(path: Path, split: str) -> _Table:
     try:
         ds = datasets.load_from_disk(str(path))
     except Exception:  # noqa: BLE001
-        raise ValueError(f"path '{path}' is a directory but not one written by datasets' save_to_disk; "
-                         f"point path at a file: {_SUPPORTED}") from None
+        raise ValueError(
+            f"path '{path}' is a directory but not one written by datasets' save_to_disk; "
+            f"point path at a file: {_SUPPORTED}"
+        ) from None
     if isinstance(ds, datasets.DatasetDict):
         if split not in ds:
             raise ValueError(f"split '{split}' is not in '{path}'; its splits: {', '.join(ds)}")
@@ -298,7 +351,8 @@ def _read_hub(name: str, subset: str | None, split: str) -> _Table:
         raise ValueError(
             f"path '{name}' is not a local file, and loading it as a {label} failed: {first}. Without "
             "internet a hub dataset loads only from the local HF cache; otherwise give a local file: "
-            f"{_SUPPORTED}") from None
+            f"{_SUPPORTED}"
+        ) from None
     return _Table(label, list(ds.column_names), len(ds), ds)
 
 
@@ -315,13 +369,17 @@ def _load(key: tuple) -> _Table:
 def _source_key(path: Any, split: str = "train", subset: str | None = None) -> tuple:
     """What `path` names (a file, a save_to_disk dir or a hub dataset), as the cache key of its contents."""
     if path in _UNSET:
-        raise ValueError("path is not set: give a .jsonl/.json/.csv/.tsv/.parquet file or a hub dataset "
-                         f"name, e.g. dataset.tasks.{NAME}.config.path=/data/gsm8k.jsonl")
+        raise ValueError(
+            "path is not set: give a .jsonl/.json/.csv/.tsv/.parquet file or a hub dataset "
+            f"name, e.g. dataset.tasks.{NAME}.config.path=/data/gsm8k.jsonl"
+        )
     local = Path(str(path)).expanduser()
     if local.is_file():
         if split != "train":
-            raise ValueError(f"split '{split}' applies to hub datasets and save_to_disk directories; a file is "
-                             "one split: point path at the file that holds it")
+            raise ValueError(
+                f"split '{split}' applies to hub datasets and save_to_disk directories; a file is "
+                "one split: point path at the file that holds it"
+            )
         st = local.stat()
         return ("file", str(local.resolve()), st.st_mtime_ns, st.st_size)
     if local.is_dir():
@@ -355,8 +413,10 @@ def _extract_pairs(table: _Table, question_column: str, answer_column: str, answ
         raise ValueError(f"path '{table.source}' holds no rows (empty file)")
     for key, column in (("question_column", question_column), ("answer_column", answer_column)):
         if column not in table.columns:
-            raise ValueError(f"{key} '{column}' is not a column of {table.source}; "
-                             f"its columns: {', '.join(table.columns) or '(none)'}")
+            raise ValueError(
+                f"{key} '{column}' is not a column of {table.source}; "
+                f"its columns: {', '.join(table.columns) or '(none)'}"
+            )
     questions = [_text(v).strip() for v in table.column(question_column)]
     answers = [_text(v) for v in table.column(answer_column)]
     if answer_format == "auto":
@@ -369,7 +429,8 @@ def _extract_pairs(table: _Table, question_column: str, answer_column: str, answ
             if _GSM8K_MARK not in answer:
                 raise ValueError(
                     f"answer_format 'gsm8k': row {row} of {table.source} has no '#### <final answer>' in "
-                    f"'{answer_column}'; use answer_format=plain when the column holds only the answer")
+                    f"'{answer_column}'; use answer_format=plain when the column holds only the answer"
+                )
             answer = answer.rsplit(_GSM8K_MARK, 1)[1]
         final = canonical_answer(answer)
         if not final:
@@ -396,8 +457,14 @@ class QAFileConfig:
 
     def validate(self) -> None:
         if self.answer_format not in ANSWER_FORMATS:
-            raise ValueError(f"answer_format '{self.answer_format}' is not one of: {', '.join(ANSWER_FORMATS)}")
-        if isinstance(self.rel_tol, bool) or not isinstance(self.rel_tol, (int, float)) or not 0 <= self.rel_tol < 1:
+            raise ValueError(
+                f"answer_format '{self.answer_format}' is not one of: {', '.join(ANSWER_FORMATS)}"
+            )
+        if (
+            isinstance(self.rel_tol, bool)
+            or not isinstance(self.rel_tol, (int, float))
+            or not 0 <= self.rel_tol < 1
+        ):
             raise ValueError(f"rel_tol must be a number in [0, 1), got {self.rel_tol!r}")
         for key in ("question_column", "answer_column", "split"):
             if not isinstance(getattr(self, key), str) or not getattr(self, key):

@@ -5,6 +5,7 @@ matches in the message; `TaskSet` builds the data, reads each completion in the 
 (grpo_common/formats.py) and scores answers through each task's own verifier (reasoning-gym's
 `score_answer`, graded: 1.0 means correct).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,7 +34,9 @@ JUDGED_KEPT = 4096  # verdicts TaskSet.judge remembers (a few steps' completions
 
 
 # reasoning-gym registers its mixture wrapper as a dataset; mixtures are `dataset.tasks` here.
-NOT_TASKS = {"composite": "reasoning-gym's mixture wrapper is not a task: list the tasks to mix under dataset.tasks"}
+NOT_TASKS = {
+    "composite": "reasoning-gym's mixture wrapper is not a task: list the tasks to mix under dataset.tasks"
+}
 
 
 def available_tasks() -> list[str]:
@@ -53,13 +56,19 @@ def task_config_keys(name: str) -> list[str]:
 # of ab entries; gsm_symbolic's verifier reads "-1" as 1 (regex `\b-?\d+`), so a negative answer
 # never scores: ~0.2% of its entries.
 KNOWN_UNSCORABLE: dict[str, str] = {
-    "boxnet": "answer is None: any plan that moves the boxes is scored by simulation; no reference plan is stored",
-    "graph_color": "answer is None: any valid colouring scores 1 (metadata.possible_answer holds one, as a dict)",
+    "boxnet": (
+        "answer is None: any plan that moves the boxes is scored by simulation; no reference plan is stored"
+    ),
+    "graph_color": (
+        "answer is None: any valid colouring scores 1 (metadata.possible_answer holds one, as a dict)"
+    ),
     "propositional_logic": "answer is None: any conclusion that follows from the premises scores 1 "
-                           "(metadata.example_answer holds one)",
+    "(metadata.example_answer holds one)",
     "rubiks_cube": "answer is None: any move sequence that solves the cube scores 1 "
-                   "(metadata.example_correct_answer holds one)",
-    "rush_hour": "answer is None: any move sequence that frees the red car scores 1; no reference solution is stored",
+    "(metadata.example_correct_answer holds one)",
+    "rush_hour": (
+        "answer is None: any move sequence that frees the red car scores 1; no reference solution is stored"
+    ),
 }
 
 
@@ -94,7 +103,9 @@ ALIASES = {"game_of_24": "puzzle24", "24_game": "puzzle24", "countdown_game": "c
 
 
 def _suggest(bad: str, choices: list[str]) -> str:
-    close = ([ALIASES[bad]] if bad in ALIASES else []) + difflib.get_close_matches(bad, choices, n=3, cutoff=0.5)
+    close = ([ALIASES[bad]] if bad in ALIASES else []) + difflib.get_close_matches(
+        bad, choices, n=3, cutoff=0.5
+    )
     return f" Did you mean: {', '.join(close)}?" if close else ""
 
 
@@ -108,7 +119,8 @@ def _normalise(tasks: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         unknown = set(spec) - {"weight", "config"}
         if unknown:
             raise ConfigError(
-                f"dataset.tasks.{name}: unknown key(s) {sorted(unknown)}; each task takes 'weight' and 'config'"
+                f"dataset.tasks.{name}: unknown key(s) {sorted(unknown)}; each task takes 'weight' and "
+                "'config'"
             )
         weight = spec.get("weight", 1.0)
         if not isinstance(weight, (int, float)) or weight <= 0:
@@ -142,7 +154,9 @@ def validate_tasks(tasks: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
             if hasattr(config, "validate"):
                 config.validate()
         except (AssertionError, ValueError, TypeError) as err:
-            raise ConfigError(f"dataset.tasks.{name}.config is invalid: {err or type(err).__name__}") from None
+            raise ConfigError(
+                f"dataset.tasks.{name}.config is invalid: {err or type(err).__name__}"
+            ) from None
     return tasks
 
 
@@ -187,8 +201,10 @@ class TaskSet:
     def judge(self, texts: list[str], entries: list[Mapping[str, Any]]) -> list[tuple[Extraction, float]]:
         """Extract and score a batch, each (text, entry) once; tasks that score in batches (code: programs
         run in parallel) do."""
-        keys = [(str(e.get("task")), t, str(e.get("question")), str(e.get("answer")), str(e.get("metadata")))
-                for t, e in zip(texts, entries)]
+        keys = [
+            (str(e.get("task")), t, str(e.get("question")), str(e.get("answer")), str(e.get("metadata")))
+            for t, e in zip(texts, entries)
+        ]
         todo = [i for i, k in enumerate(keys) if k not in self._judged]
         by_task: dict[str, list[int]] = {}
         for i in todo:
@@ -197,7 +213,9 @@ class TaskSet:
             extractions = {i: self.extract(texts[i], entries[i].get("task")) for i in idx}
             dataset = self._scorer.datasets.get(task)
             if dataset is not None and hasattr(dataset, "score_answers"):
-                scores = dataset.score_answers([extractions[i].answer for i in idx], [entries[i] for i in idx])
+                scores = dataset.score_answers(
+                    [extractions[i].answer for i in idx], [entries[i] for i in idx]
+                )
             else:
                 scores = [self.score(extractions[i].answer, entries[i]) for i in idx]
             for i, score in zip(idx, scores):
@@ -212,8 +230,11 @@ class TaskSet:
         out = {}
         for name in self.names:
             dataset = self._scorer.datasets.get(name)
-            out[name] = dataset.verifier() if hasattr(dataset, "verifier") else \
-                "the task's own verifier (score_answer), correct at a score of 1"
+            out[name] = (
+                dataset.verifier()
+                if hasattr(dataset, "verifier")
+                else "the task's own verifier (score_answer), correct at a score of 1"
+            )
         return out
 
     def score(self, answer: str | None, entry: Mapping[str, Any]) -> float:
@@ -226,8 +247,13 @@ class TaskSet:
         full = {"question": entry.get("question", ""), "answer": entry["answer"], "metadata": metadata}
         score = self._verify(answer, full)
         reference = entry["answer"]
-        if (score < 1.0 and isinstance(answer, str) and isinstance(reference, str) and answer != reference
-                and same_number(answer, reference)):
+        if (
+            score < 1.0
+            and isinstance(answer, str)
+            and isinstance(reference, str)
+            and answer != reference
+            and same_number(answer, reference)
+        ):
             # The extraction writes numbers plainly ("0.0" -> "0", "1,000" -> "1000"); a verifier that
             # compares spellings (codeio: "0.0") is given the reference's spelling of the same number.
             score = max(score, self._verify(reference, full))

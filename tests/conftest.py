@@ -17,12 +17,25 @@ def tiny():
     return tiny_model(tokenizer, seed=0), tokenizer
 
 
-def run_train(*overrides: str, cwd: Path = ROOT, timeout: int = 900, env: dict | None = None) -> subprocess.CompletedProcess:
+def run_train(
+    *overrides: str, cwd: Path = ROOT, timeout: int = 900, env: dict | None = None
+) -> subprocess.CompletedProcess:
     """Run train_grpo.py as a user would, in a subprocess."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           **(env or {})}
-    return subprocess.run([sys.executable, str(ROOT / "train_grpo.py"), *overrides], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        **(env or {}),
+    }
+    return subprocess.run(
+        [sys.executable, str(ROOT / "train_grpo.py"), *overrides],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def read_jsonl(path: Path) -> list[dict]:

@@ -1,4 +1,5 @@
 """The value check and the run-directory rules, in process (the command-line cases: test_mistakes.py)."""
+
 import json
 
 import pytest
@@ -9,18 +10,21 @@ from grpo_recipes.checks import SCHEMA, Value, check_values
 from tests.test_config import composed
 
 
-@pytest.mark.parametrize("spec,good,bad", [
-    (SCHEMA["max_steps"], [1, 100], [0, -1, 1.5, 2.0, True, "10", None]),
-    (SCHEMA["learning_rate"], [1e-5, 1, 0.5], [0, -1e-5, "abc", True, None, float("nan"), float("inf")]),
-    (SCHEMA["run_name"], ["a", "run-1.2"], ["", " ", ".", "..", "a/b", "../x", None, 3]),
-    (SCHEMA["eval.do_sample"], [True, False], ["maybe", 0, 1, "true", None]),
-    (SCHEMA["resume"], [True, False, "auto"], ["maybe", 1, 0, "true", None]),
-    (SCHEMA["eval.max_new_tokens"], [None, 1, 64], [0, 1.5, "64"]),
-    (SCHEMA["grpo.top_p"], [1.0, 0.5, 1], [0, 1.01, "x"]),
-    (SCHEMA["model.lora.dropout"], [0, 0.05, 0.99], [1, -0.1]),
-    (SCHEMA["eval.pass_k.k"], [[1, 4], []], [[1, 0], [1.5], "1,4", 4]),
-    (SCHEMA["model.lora.target_modules"], ["auto", ["q_proj", "v_proj"]], [["q_proj", 1], 3]),
-])
+@pytest.mark.parametrize(
+    "spec,good,bad",
+    [
+        (SCHEMA["max_steps"], [1, 100], [0, -1, 1.5, 2.0, True, "10", None]),
+        (SCHEMA["learning_rate"], [1e-5, 1, 0.5], [0, -1e-5, "abc", True, None, float("nan"), float("inf")]),
+        (SCHEMA["run_name"], ["a", "run-1.2"], ["", " ", ".", "..", "a/b", "../x", None, 3]),
+        (SCHEMA["eval.do_sample"], [True, False], ["maybe", 0, 1, "true", None]),
+        (SCHEMA["resume"], [True, False, "auto"], ["maybe", 1, 0, "true", None]),
+        (SCHEMA["eval.max_new_tokens"], [None, 1, 64], [0, 1.5, "64"]),
+        (SCHEMA["grpo.top_p"], [1.0, 0.5, 1], [0, 1.01, "x"]),
+        (SCHEMA["model.lora.dropout"], [0, 0.05, 0.99], [1, -0.1]),
+        (SCHEMA["eval.pass_k.k"], [[1, 4], []], [[1, 0], [1.5], "1,4", 4]),
+        (SCHEMA["model.lora.target_modules"], ["auto", ["q_proj", "v_proj"]], [["q_proj", 1], 3]),
+    ],
+)
 def test_values_are_typed_exactly(spec: Value, good, bad):
     assert all(spec.accepts(v) for v in good)
     assert not any(spec.accepts(v) for v in bad)
@@ -32,7 +36,9 @@ def test_the_defaults_and_every_preset_pass_the_whole_check():
     from grpo_recipes.checks import check_config
     from grpo_recipes.config import check_trainer_config
 
-    for preset in [None] + sorted(p.stem for p in (Path(__file__).parents[1] / "config/experiment").glob("*.yaml")):
+    for preset in [None] + sorted(
+        p.stem for p in (Path(__file__).parents[1] / "config/experiment").glob("*.yaml")
+    ):
         cfg = composed(*([f"experiment={preset}"] if preset else []))
         check_config(cfg)
         check_trainer_config(cfg)
@@ -52,7 +58,8 @@ def test_trl_errors_name_the_key_the_message_is_about():
     message = "'generation_batch_size' and 'steps_per_generation' can not be both configured at the same time"
     assert name_the_key(message, grpo).startswith("grpo.generation_batch_size=32: ")
     assert name_the_key("nosuch is not a valid SchedulerType", {"lr_scheduler_type": "nosuch"}).startswith(
-        "grpo.lr_scheduler_type=nosuch: ")
+        "grpo.lr_scheduler_type=nosuch: "
+    )
 
 
 def test_cross_field_batch_rule_counts_processes():
@@ -68,7 +75,9 @@ def test_changed_keys_and_what_a_resume_may_change(tmp_path):
     now = {"max_steps": 80, "eval": {"size": 16, "seed": 1}, "dataset": {"tasks": {"a": {"weight": 1}}}}
     assert resume.check_changes(tmp_path, saved, now) == ["max_steps", "eval.size"]
     now["dataset"]["tasks"] = {"b": {"weight": 1}}
-    with pytest.raises(ConfigError, match="dataset.tasks.a, dataset.tasks.b would change what the run learns"):
+    with pytest.raises(
+        ConfigError, match="dataset.tasks.a, dataset.tasks.b would change what the run learns"
+    ):
         resume.check_changes(tmp_path, saved, now)
     with pytest.raises(ConfigError, match=r"eval.seed \(1 -> 2\)"):
         resume.check_changes(tmp_path, saved, {**saved, "eval": {"size": 8, "seed": 2}})
@@ -82,13 +91,17 @@ def test_plan_run_rules(tmp_path):
     run.mkdir()
     assert resume.plan_run(run, False).action == "new"  # an empty directory holds no run
     (run / "config.yaml").write_text("max_steps: 2\n")
-    with pytest.raises(ConfigError, match="already holds a run: pass resume=true to continue it, or a new run_name"):
+    with pytest.raises(
+        ConfigError, match="already holds a run: pass resume=true to continue it, or a new run_name"
+    ):
         resume.plan_run(run, False)
     assert resume.plan_run(run, True).action == "resume" and resume.plan_run(run, "auto").action == "resume"
     (run / "train_results.json").write_text(json.dumps({"final_eval_step": 2}))
     assert resume.plan_run(run, True).action == "finished"
     resume.check_finished(run, 2)  # the step it finished at: nothing to do
-    with pytest.raises(ConfigError, match="max_steps=5: .* is a finished run \\(step 2\\); a finished run is never"):
+    with pytest.raises(
+        ConfigError, match="max_steps=5: .* is a finished run \\(step 2\\); a finished run is never"
+    ):
         resume.check_finished(run, 5)
     assert resume.plan_run(run, False, main=False).action == "new"  # rank 0 decides; the others never refuse
 
@@ -98,20 +111,34 @@ def test_a_resume_needs_steps_left_after_its_checkpoint(tmp_path):
     (tmp_path / "checkpoint-10").mkdir()
     assert resume.last_checkpoint_step(tmp_path) == 10
     resume.check_resume_point(tmp_path, 11)
-    with pytest.raises(ConfigError, match="max_steps=10: .* continues from checkpoint-10, so max_steps must be above 10"):
+    with pytest.raises(
+        ConfigError, match="max_steps=10: .* continues from checkpoint-10, so max_steps must be above 10"
+    ):
         resume.check_resume_point(tmp_path, 10)
 
 
 def test_overrides_yaml_keeps_the_first_entry_and_merges_later_ones(tmp_path):
     resume.record_overrides(tmp_path, ["experiment=digits", "max_steps=20", "run_name=r"], resumed=False)
-    resume.record_overrides(tmp_path, ["experiment=digits", "max_steps=30", "run_name=r", "resume=true"], resumed=True)
+    resume.record_overrides(
+        tmp_path, ["experiment=digits", "max_steps=30", "run_name=r", "resume=true"], resumed=True
+    )
     entries = resume.read_override_entries(tmp_path)
-    assert entries[0]["overrides"] == ["experiment=digits", "max_steps=20", "run_name=r"] and not entries[0]["resume"]
+    assert (
+        entries[0]["overrides"] == ["experiment=digits", "max_steps=20", "run_name=r"]
+        and not entries[0]["resume"]
+    )
     assert entries[1]["overrides"] == ["max_steps=30", "resume=true"] and entries[1]["resume"]
-    assert resume.saved_overrides(tmp_path) == ["experiment=digits", "max_steps=30", "run_name=r", "resume=true"]
+    assert resume.saved_overrides(tmp_path) == [
+        "experiment=digits",
+        "max_steps=30",
+        "run_name=r",
+        "resume=true",
+    ]
     assert resume.first_overrides(tmp_path) == ["experiment=digits", "max_steps=20", "run_name=r"]
     # back to a value an earlier entry had: still recorded, and it is what the next resume composes
-    resume.record_overrides(tmp_path, ["experiment=digits", "max_steps=20", "run_name=r", "resume=true"], resumed=True)
+    resume.record_overrides(
+        tmp_path, ["experiment=digits", "max_steps=20", "run_name=r", "resume=true"], resumed=True
+    )
     assert resume.read_override_entries(tmp_path)[2]["overrides"] == ["max_steps=20"]
     assert "max_steps=20" in resume.saved_overrides(tmp_path)
     (tmp_path / "overrides.yaml").write_text("- a=1\n- b=2\n")  # written by an older version

@@ -1,4 +1,5 @@
 """Code tasks (HumanEval, procedural Python functions), code extraction and the code_tests reward."""
+
 import json
 
 import pytest
@@ -12,19 +13,32 @@ from tasks import TaskSet, validate_tasks
 from tasks.code import HumanEvalConfig, HumanEvalDataset, split_check
 
 
-@pytest.mark.parametrize("text, code, rule", [
-    ("<think>easy</think><answer>```python\ndef f(x):\n    return x < 2\n```</answer>", "def f(x):\n    return x < 2",
-     "answer_tag"),
-    ("<answer>def f(): pass</answer>", "def f(): pass", "answer_tag"),
-    ("Sure:\n```python\ndef f(x):\n    return x\n```\nUse it:\n```python\nprint(f(1))\n```", "def f(x):\n    return x",
-     "fenced"),
-    ("```\ndef g(): return 1\n```", "def g(): return 1", "fenced"),
-    ("```python\ndef cut_off(x):\n    return", "def cut_off(x):\n    return", "fenced"),  # truncated completion
-    ("Here it is.\ndef h(y):\n    return y * 2", "def h(y):\n    return y * 2", "raw"),
-    ("I don't know.", None, "none"),
-    ("", None, "none"),
-    (None, None, "none"),
-])
+@pytest.mark.parametrize(
+    "text, code, rule",
+    [
+        (
+            "<think>easy</think><answer>```python\ndef f(x):\n    return x < 2\n```</answer>",
+            "def f(x):\n    return x < 2",
+            "answer_tag",
+        ),
+        ("<answer>def f(): pass</answer>", "def f(): pass", "answer_tag"),
+        (
+            "Sure:\n```python\ndef f(x):\n    return x\n```\nUse it:\n```python\nprint(f(1))\n```",
+            "def f(x):\n    return x",
+            "fenced",
+        ),
+        ("```\ndef g(): return 1\n```", "def g(): return 1", "fenced"),
+        (
+            "```python\ndef cut_off(x):\n    return",
+            "def cut_off(x):\n    return",
+            "fenced",
+        ),  # truncated completion
+        ("Here it is.\ndef h(y):\n    return y * 2", "def h(y):\n    return y * 2", "raw"),
+        ("I don't know.", None, "none"),
+        ("", None, "none"),
+        (None, None, "none"),
+    ],
+)
 def test_extract_code(text, code, rule):
     extraction = extract_code(text)
     assert (extraction.answer, extraction.rule) == (code, rule)
@@ -46,16 +60,21 @@ def test_humaneval_has_all_164_problems_and_every_canonical_solution_passes(huma
 def test_humaneval_scores_partial_body_only_and_wrong_solutions(humaneval):
     entries, ds = humaneval
     entry = next(e for e in entries if e["metadata"]["task_id"] == "HumanEval/0")
-    body = entry["answer"][len(entry["metadata"]["code_prompt"]):]  # just the body, as a completion model writes
+    body = entry["answer"][
+        len(entry["metadata"]["code_prompt"]) :
+    ]  # just the body, as a completion model writes
     stub = "def has_close_elements(numbers, threshold):\n    return True\n"  # right on 4 of 7 asserts
-    scores = ds.score_answers([body, stub, "def has_close_elements(numbers, threshold):\n    return None", None],
-                              [entry] * 4)
+    scores = ds.score_answers(
+        [body, stub, "def has_close_elements(numbers, threshold):\n    return None", None], [entry] * 4
+    )
     assert scores == [1.0, pytest.approx(4 / 7), 0.0, 0.0]
 
 
 def test_split_check_counts_only_statements_that_use_candidate():
-    setup, steps = split_check("METADATA = {}\n\ndef check(candidate):\n    import math\n    assert True\n"
-                               "    for x in range(3):\n        assert candidate(x) == x\n    assert candidate(1) == 1\n")
+    setup, steps = split_check(
+        "METADATA = {}\n\ndef check(candidate):\n    import math\n    assert True\n"
+        "    for x in range(3):\n        assert candidate(x) == x\n    assert candidate(1) == 1\n"
+    )
     assert setup == "METADATA = {}"
     assert [counted for _, counted in steps] == [False, False, True, True]
     assert steps[2][0] == "for x in range(3):\n    assert candidate(x) == x"
@@ -81,8 +100,10 @@ def test_python_functions_templates_are_validated():
 def test_judge_mixes_code_and_answer_tasks():
     ts = TaskSet({"python_functions": {"config": {"templates": ["add_k"]}}, "sum_digits": {}})
     rows = [to_row(e, None) for e in ts.sample(12, seed=0)]
-    texts = [f"```python\n{r['answer']}```" if r["task"] == "python_functions" else f"[ANSWER] {r['answer']}"
-             for r in rows]
+    texts = [
+        f"```python\n{r['answer']}```" if r["task"] == "python_functions" else f"[ANSWER] {r['answer']}"
+        for r in rows
+    ]
     judged = ts.judge(texts, rows)
     assert {r["task"] for r in rows} == {"python_functions", "sum_digits"}
     assert all(score == 1.0 for _, score in judged)
@@ -90,7 +111,9 @@ def test_judge_mixes_code_and_answer_tasks():
 
 
 def _reward(spec, max_tests=None):
-    ts = TaskSet({"python_functions": {"config": {"templates": ["add_k"], "num_tests": 5, "max_tests": max_tests}}})
+    ts = TaskSet(
+        {"python_functions": {"config": {"templates": ["add_k"], "num_tests": 5, "max_tests": max_tests}}}
+    )
     funcs, _ = build_rewards(spec, RewardContext(ts.score, "code", judge=ts.judge))
     return funcs[0], [to_row(e, None) for e in ts.sample(4, seed=0)]
 
@@ -107,7 +130,7 @@ def test_code_tests_reward_fraction_plus_perfect_bonus():
     suite = TestSuite.from_metadata(row["metadata"]).limited(3)
     first_x = int(suite.tests[0][0].split("candidate(")[1].split(")")[0])
     completions = [
-        f"```python\n{row['answer']}```",                                        # all 3 pass: 1 + 0.5
+        f"```python\n{row['answer']}```",  # all 3 pass: 1 + 0.5
         f"```python\ndef {name}(x):\n    return {first_x + k} if x == {first_x} else 0\n```",  # 1 of 3
         "no code at all",
         [{"role": "assistant", "content": f"```python\n{row['answer']}```"}],  # chat form
@@ -116,7 +139,11 @@ def test_code_tests_reward_fraction_plus_perfect_bonus():
     out = reward([None] * 4, completions, **_columns([row] * 4), log_metric=logged.__setitem__)
     assert out[0] == pytest.approx(1.5) and out[3] == pytest.approx(1.5)
     # train stats: half of the completions pass every test; the group's rewards and programs differ
-    assert logged == {"accuracy/python_functions": 0.5, "groups/reward_varied": 1.0, "groups/answer_varied": 1.0}
+    assert logged == {
+        "accuracy/python_functions": 0.5,
+        "groups/reward_varied": 1.0,
+        "groups/answer_varied": 1.0,
+    }
     assert out[1] == pytest.approx(1 / 3)
     assert out[2] == 0.0
 
@@ -124,12 +151,16 @@ def test_code_tests_reward_fraction_plus_perfect_bonus():
 def test_code_tests_reward_is_none_for_non_code_rows_and_validates_options():
     reward, rows = _reward({"code_tests": {}})
     arithmetic = to_row(TaskSet({"basic_arithmetic": {}}).sample(1, seed=0)[0], None)
-    out = reward([None] * 2, [f"```python\n{rows[0]['answer']}```", "[ANSWER] 3"], **_columns([rows[0], arithmetic]))
+    out = reward(
+        [None] * 2, [f"```python\n{rows[0]['answer']}```", "[ANSWER] 3"], **_columns([rows[0], arithmetic])
+    )
     assert out == [2.0, None]
     with pytest.raises(ConfigError, match="dataset.rewards.code_tests.base_weight must be a number"):
         _reward({"code_tests": {"base_weight": "x"}})
-    with pytest.raises(ConfigError, match="code_tests.timeout: set it on the code task instead, "
-                                          "dataset.tasks.<task>.config.test_timeout"):
+    with pytest.raises(
+        ConfigError,
+        match="code_tests.timeout: set it on the code task instead, dataset.tasks.<task>.config.test_timeout",
+    ):
         _reward({"code_tests": {"timeout": 1.0}})
     with pytest.raises(ConfigError, match="max_tests must be a positive integer or null"):
         _reward({"code_tests": {}}, max_tests=0)
@@ -141,7 +172,9 @@ def test_one_verification_per_completion_shared_by_rewards_and_the_eval(monkeypa
     import tasks.code
 
     ts = TaskSet({"python_functions": {"config": {"templates": ["add_k"], "num_tests": 5, "max_tests": 3}}})
-    funcs, _ = build_rewards({"code_tests": {}, "accuracy": {}}, RewardContext(ts.score, "code", judge=ts.judge))
+    funcs, _ = build_rewards(
+        {"code_tests": {}, "accuracy": {}}, RewardContext(ts.score, "code", judge=ts.judge)
+    )
     row = to_row(ts.sample(1, seed=0)[0], None)
     runs = []
     real = tasks.code.run_suites
@@ -150,8 +183,10 @@ def test_one_verification_per_completion_shared_by_rewards_and_the_eval(monkeypa
     assert [f([None] * 2, completions, **_columns([row] * 2)) for f in funcs] == [[2.0, 0.0], [1.0, 0.0]]
     assert [extraction.rule for extraction, _ in ts.judge(completions, [row] * 2)] == ["fenced", "fenced"]
     assert runs == [2]  # both completions ran once, in one batch
-    assert ts.verifiers() == {"python_functions": "the fraction of at most 3 of each problem's tests (spread over "
-                                                  "the suite) that pass in the sandbox, 2 s per test"}
+    assert ts.verifiers() == {
+        "python_functions": "the fraction of at most 3 of each problem's tests (spread over "
+        "the suite) that pass in the sandbox, 2 s per test"
+    }
 
 
 def test_max_tests_limits_the_tests_run():
@@ -167,16 +202,21 @@ def test_code_file_in_another_language_through_a_command_template(tmp_path):
     """A user's own problems in a language the sandbox learns from config (here: sh)."""
     from rewards import sandbox
 
-    rows = [{"question": "Write a shell function `double` that prints twice its argument.",
-             "tests": ['[ "$(double 3)" = 6 ]', '[ "$(double 0)" = 0 ]']}]
+    rows = [
+        {
+            "question": "Write a shell function `double` that prints twice its argument.",
+            "tests": ['[ "$(double 3)" = 6 ]', '[ "$(double 0)" = 0 ]'],
+        }
+    ]
     path = tmp_path / "problems.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     sandbox.configure(languages={"sh": {"command": ["/bin/sh", "{file}"], "extension": ".sh"}})
     try:
         ts = TaskSet({"code_file": {"config": {"path": str(path), "language": "sh"}}})
         row = to_row(ts.sample(1, seed=0)[0], None)
-        judged = ts.judge(["```sh\ndouble() { echo $(( $1 * 2 )); }\n```", "```sh\ndouble() { echo 6; }\n```"],
-                          [row, row])
+        judged = ts.judge(
+            ["```sh\ndouble() { echo $(( $1 * 2 )); }\n```", "```sh\ndouble() { echo 6; }\n```"], [row, row]
+        )
         assert [score for _, score in judged] == [1.0, 0.5]
     finally:
         sandbox.configure()

@@ -44,10 +44,22 @@ def test_defaults_compose_into_a_valid_grpo_config():
 
 
 def test_top_level_knobs_and_group_overrides():
-    cfg = composed("max_steps=7", "learning_rate=5e-6", "seed=3", "run_name=x", "dataset=sum_digits",
-                   "model=tiny_random", "++grpo.num_iterations=2")
+    cfg = composed(
+        "max_steps=7",
+        "learning_rate=5e-6",
+        "seed=3",
+        "run_name=x",
+        "dataset=sum_digits",
+        "model=tiny_random",
+        "++grpo.num_iterations=2",
+    )
     kwargs = build_grpo_kwargs(cfg, CPU)
-    assert (kwargs["max_steps"], kwargs["learning_rate"], kwargs["seed"], kwargs["run_name"]) == (7, 5e-6, 3, "x")
+    assert (kwargs["max_steps"], kwargs["learning_rate"], kwargs["seed"], kwargs["run_name"]) == (
+        7,
+        5e-6,
+        3,
+        "x",
+    )
     assert kwargs["num_iterations"] == 2
     assert list(cfg["dataset"]["tasks"]) == ["sum_digits"] and cfg["dataset"]["rewards"]["accuracy"]
     assert cfg["model"]["path"] == "tiny-random"
@@ -60,8 +72,10 @@ def test_every_dataset_option_is_valid(tmp_path):
     sample.write_text('{"question": "1+1?", "answer": "#### 2"}\n')
     code = tmp_path / "code.jsonl"
     code.write_text('{"question": "Write f.", "tests": ["assert f() == 1"]}\n')
-    needs = {"qa_file": [f"dataset.tasks.qa_file.config.path={sample}"],  # the options with a required key
-             "code_file": [f"dataset.tasks.code_file.config.path={code}"]}
+    needs = {
+        "qa_file": [f"dataset.tasks.qa_file.config.path={sample}"],  # the options with a required key
+        "code_file": [f"dataset.tasks.code_file.config.path={code}"],
+    }
     for option in sorted(p.stem for p in (CONFIG / "dataset").glob("*.yaml") if p.stem != "base"):
         validate_tasks(composed(f"dataset={option}", *needs.get(option, []))["dataset"]["tasks"])
 
@@ -73,7 +87,9 @@ def test_logger_group_sets_report_to():
 
 def test_unknown_grpo_key_is_named_with_close_matches():
     cfg = composed("++grpo.max_prompt_length=64")
-    with pytest.raises(ConfigError, match="grpo.max_prompt_length: not a GRPOConfig field.*max_completion_length"):
+    with pytest.raises(
+        ConfigError, match="grpo.max_prompt_length: not a GRPOConfig field.*max_completion_length"
+    ):
         build_grpo_kwargs(cfg, CPU)
 
 
@@ -82,9 +98,14 @@ def test_top_level_knob_inside_grpo_is_refused():
         build_grpo_kwargs(composed("++grpo.max_steps=3"), CPU)
 
 
-@pytest.mark.parametrize("overrides,world", [(["grpo.per_device_train_batch_size=12"], 1),
-                                             (["grpo.per_device_train_batch_size=4"], 1),
-                                             (["++grpo.generation_batch_size=20"], 1)])
+@pytest.mark.parametrize(
+    "overrides,world",
+    [
+        (["grpo.per_device_train_batch_size=12"], 1),
+        (["grpo.per_device_train_batch_size=4"], 1),
+        (["++grpo.generation_batch_size=20"], 1),
+    ],
+)
 def test_batch_not_divisible_by_num_generations(overrides, world):
     cfg = composed(*overrides)
     with pytest.raises(ConfigError, match="not divisible by grpo.num_generations"):
@@ -102,7 +123,11 @@ def test_activation_checkpointing_only_where_memory_needs_it():
     from grpo_recipes.hardware import resolve_activation_checkpointing
 
     model = torch.nn.Linear(1000, 1000)  # 4 MB of fp32 weights: 16 MB of full fine-tuning state
-    for memory, lora, expected in [(128 << 20, False, False), (32 << 20, False, True), (32 << 20, True, False)]:
+    for memory, lora, expected in [
+        (128 << 20, False, False),
+        (32 << 20, False, True),
+        (32 << 20, True, False),
+    ]:
         grpo = build_grpo_kwargs(composed(), CPU)
         assert resolve_activation_checkpointing(grpo, model, CPU, lora, memory_bytes=memory) is expected
         assert grpo["activation_checkpointing"] is expected
@@ -127,11 +152,28 @@ def test_hardware_rules():
 
 
 def test_cli_rewrites_model_paths_and_open_mappings():
-    argv = ["train_grpo.py", "model=Qwen/Qwen2.5-0.5B-Instruct", "model=tiny_random", "grpo.beta=0.1",
-            "dataset.tasks.syllogism.weight=2", "+grpo.x=1", "max_steps=3", "model=a,b", "-m"]
+    argv = [
+        "train_grpo.py",
+        "model=Qwen/Qwen2.5-0.5B-Instruct",
+        "model=tiny_random",
+        "grpo.beta=0.1",
+        "dataset.tasks.syllogism.weight=2",
+        "+grpo.x=1",
+        "max_steps=3",
+        "model=a,b",
+        "-m",
+    ]
     assert rewrite_argv(argv, CONFIG) == [
-        "train_grpo.py", "-m", "model=custom", "model.path=Qwen/Qwen2.5-0.5B-Instruct", "model.name=Qwen2.5-0.5B-Instruct",
-        "model=tiny_random", "++grpo.beta=0.1", "++dataset.tasks.syllogism.weight=2", "+grpo.x=1", "max_steps=3",
+        "train_grpo.py",
+        "-m",
+        "model=custom",
+        "model.path=Qwen/Qwen2.5-0.5B-Instruct",
+        "model.name=Qwen2.5-0.5B-Instruct",
+        "model=tiny_random",
+        "++grpo.beta=0.1",
+        "++dataset.tasks.syllogism.weight=2",
+        "+grpo.x=1",
+        "max_steps=3",
         "model=a,b",
     ]
 
@@ -140,6 +182,8 @@ def test_vllm_without_the_package_on_a_gpu_machine(monkeypatch):
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a)
+    )
     with pytest.raises(ConfigError, match="vllm is not installed"):
         build_grpo_kwargs(composed("use_vllm=true"), GPU)

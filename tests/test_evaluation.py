@@ -12,17 +12,35 @@ CONFIG = Path(__file__).resolve().parents[1] / "config"
 
 
 def example(task, correct, score, fmt, length, rule="tag"):
-    return {"task": task, "correct": correct, "score": score, "format_ok": fmt, "length": length, "rule": rule,
-            "truncated": False}
+    return {
+        "task": task,
+        "correct": correct,
+        "score": score,
+        "format_ok": fmt,
+        "length": length,
+        "rule": rule,
+        "truncated": False,
+    }
 
 
 def test_summarize_overall_and_per_task():
-    rows = [example("a", True, 1.0, True, 10), example("a", False, 0.5, False, 20, "last_number"),
-            example("b", True, 1.0, True, 30), example("b", False, 0.0, True, 40, "none")]
+    rows = [
+        example("a", True, 1.0, True, 10),
+        example("a", False, 0.5, False, 20, "last_number"),
+        example("b", True, 1.0, True, 30),
+        example("b", False, 0.0, True, 40, "none"),
+    ]
     m = summarize(rows)
     assert m["num_examples"] == 4
-    assert m["accuracy"] == 0.5 and m["mean_score"] == 0.625 and m["format"] == 0.75 and m["mean_length"] == 25
-    assert m["a/accuracy"] == 0.5 and m["a/mean_score"] == 0.75 and m["b/format"] == 1.0 and m["b/mean_length"] == 35
+    assert (
+        m["accuracy"] == 0.5 and m["mean_score"] == 0.625 and m["format"] == 0.75 and m["mean_length"] == 25
+    )
+    assert (
+        m["a/accuracy"] == 0.5
+        and m["a/mean_score"] == 0.75
+        and m["b/format"] == 1.0
+        and m["b/mean_length"] == 35
+    )
     assert m["rule/tag"] == 0.5 and m["rule/last_number"] == 0.25 and m["rule/none"] == 0.25
     assert m["b/rule/none"] == 0.5 and m["a/rule/phrase"] == 0.0
 
@@ -30,8 +48,13 @@ def test_summarize_overall_and_per_task():
 def eval_rows(n=12):
     from grpo_recipes.data import build_datasets
 
-    ds = {"tasks": {"sum_digits": {}, "reverse_digits": {}}, "prompt_format": "answer_tag", "system_prompt": None,
-          "train_size": 50, "seed": 1}
+    ds = {
+        "tasks": {"sum_digits": {}, "reverse_digits": {}},
+        "prompt_format": "answer_tag",
+        "system_prompt": None,
+        "train_size": 50,
+        "seed": 1,
+    }
     taskset, _, rows = build_datasets(ds, {"size": n // 2, "seed": 7})
     return taskset, rows
 
@@ -54,7 +77,9 @@ def test_score_uses_the_extraction_chain_and_the_verifier(tiny):
     good = ev.score(0, f"work\n[ANSWER] {rows[0]['answer']}", 5, False)
     assert good["correct"] and good["score"] == 1.0 and good["rule"] == "tag" and good["format_ok"]
     bad = ev.score(0, "the answer is -1", 5, True)
-    assert not bad["correct"] and bad["rule"] == "phrase" and bad["extracted"] == "-1" and not bad["format_ok"]
+    assert (
+        not bad["correct"] and bad["rule"] == "phrase" and bad["extracted"] == "-1" and not bad["format_ok"]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -64,8 +89,17 @@ def tiny_run(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("run") / "job"
     with initialize_config_dir(version_base="1.3", config_dir=str(CONFIG)):
-        cfg = compose("train", overrides=["model=tiny_random", "max_steps=3", "eval.size=6", "eval.every_n_steps=2",
-                                          "grpo.max_completion_length=8", "grpo.save_steps=2"])
+        cfg = compose(
+            "train",
+            overrides=[
+                "model=tiny_random",
+                "max_steps=3",
+                "eval.size=6",
+                "eval.every_n_steps=2",
+                "grpo.max_completion_length=8",
+                "grpo.save_steps=2",
+            ],
+        )
     cfg.output_dir = str(out)
     accuracy = train(cfg)
     return out, cfg, accuracy
@@ -79,7 +113,8 @@ def test_eval_runs_at_step_zero_every_n_and_at_the_end(tiny_run):
     assert final["step"] == 3 and final["metrics"]["accuracy"] == accuracy
     assert len(final["examples"]) == 6  # eval.size per task, one task
     assert {"question", "answer", "completion", "extracted", "score", "correct", "task", "rule"} <= set(
-        final["examples"][0])
+        final["examples"][0]
+    )
     assert set(final["metrics"]) >= {"accuracy", "mean_score", "format", "mean_length"}
 
 
@@ -113,8 +148,14 @@ def test_eval_metrics_reach_metrics_jsonl(tiny_run):
     assert [r["step"] for r in train] == [1, 2, 3]
     # the names wandb and TensorBoard show: train/<TRL key>, eval/<our key>
     for r in train:
-        assert {"train/rewards/accuracy/mean", "train/rewards/format/mean", "train/accuracy/basic_arithmetic",
-                "train/groups/reward_varied", "train/groups/answer_varied", "train/entropy"} <= set(r)
+        assert {
+            "train/rewards/accuracy/mean",
+            "train/rewards/format/mean",
+            "train/accuracy/basic_arithmetic",
+            "train/groups/reward_varied",
+            "train/groups/answer_varied",
+            "train/entropy",
+        } <= set(r)
         assert 0.0 <= r["train/groups/answer_varied"] <= 1.0
     assert all(k.startswith("eval/") for r in lines if r["split"] == "eval" for k in r if "/" in k)
 
@@ -128,7 +169,9 @@ def brute_pass_at_k(n, c, k):
     return sum(any(samples[i] for i in s) for s in subsets) / len(subsets)
 
 
-@pytest.mark.parametrize("n,c,k", [(4, 1, 1), (4, 1, 4), (4, 0, 2), (5, 2, 2), (8, 3, 4), (8, 8, 1), (6, 1, 3)])
+@pytest.mark.parametrize(
+    "n,c,k", [(4, 1, 1), (4, 1, 4), (4, 0, 2), (5, 2, 2), (8, 3, 4), (8, 8, 1), (6, 1, 3)]
+)
 def test_pass_at_k_is_the_unbiased_estimator(n, c, k):
     from grpo_recipes.evaluation import pass_at_k
 
@@ -136,8 +179,10 @@ def test_pass_at_k_is_the_unbiased_estimator(n, c, k):
 
 
 def test_summarize_reports_pass_at_k_per_task():
-    rows = [dict(example("a", False, 0, False, 5), num_samples=4, samples_correct=2),
-            dict(example("b", True, 1, True, 5), num_samples=4, samples_correct=0)]
+    rows = [
+        dict(example("a", False, 0, False, 5), num_samples=4, samples_correct=2),
+        dict(example("b", True, 1, True, 5), num_samples=4, samples_correct=0),
+    ]
     m = summarize(rows, ks=[1, 4])
     assert m["a/pass@1"] == 0.5 and m["a/pass@4"] == 1.0 and m["b/pass@4"] == 0.0
     assert m["pass@1"] == 0.25 and m["pass@4"] == 0.5
@@ -146,8 +191,15 @@ def test_summarize_reports_pass_at_k_per_task():
 def test_sampled_pass_at_k_generation(tiny):
     model, tokenizer = tiny
     taskset, rows = eval_rows(4)
-    ev = FixedEvaluator(rows, taskset, tokenizer, "answer_tag", max_new_tokens=6, batch_size=8,
-                        pass_k={"samples": 3, "temperature": 1.0, "k": [1, 2, 8]})
+    ev = FixedEvaluator(
+        rows,
+        taskset,
+        tokenizer,
+        "answer_tag",
+        max_new_tokens=6,
+        batch_size=8,
+        pass_k={"samples": 3, "temperature": 1.0, "k": [1, 2, 8]},
+    )
     assert ev.ks == [1, 2]  # k > samples is dropped
     samples = ev.generate(model, [0, 1, 2, 3], sampled=True)
     assert len(samples) == 4 and all(len(s) == 3 for s in samples)
@@ -164,8 +216,12 @@ def test_train_stats_groups_and_tasks():
     rewards = [1, 0, 0, 0] + [0, 0, 0, 0]
     answers = ["1", "2", "2", "2"] + ["5", "5", "5", "5"]
     log_train_stats(logged.__setitem__, questions, tasks, rewards, [r == 1 for r in rewards], answers)
-    assert logged == {"accuracy/t1": 0.25, "accuracy/t2": 0.0, "groups/reward_varied": 0.5,
-                      "groups/answer_varied": 0.5}
+    assert logged == {
+        "accuracy/t1": 0.25,
+        "accuracy/t2": 0.0,
+        "groups/reward_varied": 0.5,
+        "groups/answer_varied": 0.5,
+    }
 
 
 def test_report_is_written_with_plots(tiny_run):
@@ -190,7 +246,9 @@ def test_report_on_demand_for_a_partial_run(tiny_run, tmp_path):
     (partial / "eval_results" / "eval_step_3.json").unlink()
     with open(partial / "metrics.jsonl", "a") as f:
         f.write('{"step": 9, "split": "tra')  # a line cut by a crash
-    proc = subprocess.run([sys.executable, "-m", "grpo_recipes.report", str(partial)], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "grpo_recipes.report", str(partial)], capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stderr
     report = (partial / "report.md").read_text()
     assert "at step 0 -> " in report and "at step 2**" in report and "(unfinished)" in report

@@ -1,4 +1,5 @@
 """The fast paths change speed, never results: same log-probs and gradients as TRL's head, same tokens."""
+
 import copy
 import inspect
 
@@ -16,12 +17,13 @@ def tokenizer():
 
 
 def batch(vocab: int, prompt: int = 7, completion: int = 5):
-    """Left-padded prompts, right-padded completions, labels only on completion tokens (as TRL builds them)."""
+    """Left-padded prompts, right-padded completions, labels only on completion tokens (as TRL builds
+    them)."""
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(4, vocab, (4, prompt + completion), generator=gen)
     mask = torch.ones_like(ids)
-    mask[0, :3] = 0          # a short prompt
-    mask[1, prompt + 2:] = 0  # a completion that ended early
+    mask[0, :3] = 0  # a short prompt
+    mask[1, prompt + 2 :] = 0  # a completion that ended early
     labels = ids.masked_fill(mask == 0, -100)
     labels[:, :prompt] = -100
     return ids, mask, labels
@@ -91,19 +93,24 @@ def test_generation_is_unchanged(tokenizer):
     from accelerate.state import AcceleratorState
     from trl.trainer.utils import add_fused_lm_head
 
-    AcceleratorState._reset_state(reset_partial_state=True)  # as accelerate's own tests do: a fresh bf16 state
+    AcceleratorState._reset_state(
+        reset_partial_state=True
+    )  # as accelerate's own tests do: a fresh bf16 state
     plain = tiny_model(tokenizer, seed=2, hidden_size=64)
     fast = copy.deepcopy(plain)
     add_fused_lm_head(fast, outputs=("log_probs", "entropy"))
     completion_logprob_head(fast, temperature=1.0)
     accelerator = Accelerator(cpu=True, mixed_precision="bf16")
     generate_with_cached_casts(fast, accelerator)
-    assert inspect.signature(fast.forward).parameters.keys() == inspect.signature(plain.forward).parameters.keys()
+    assert (
+        inspect.signature(fast.forward).parameters.keys()
+        == inspect.signature(plain.forward).parameters.keys()
+    )
     plain = accelerator.prepare_model(plain, evaluation_mode=True)  # autocast entered at every forward
 
     prompts = ["<|im_start|>user\n12+7?<|im_end|>\n<|im_start|>assistant\n", "<|im_start|>assistant\n"]
     enc = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left")
-    kwargs = dict(max_new_tokens=12, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+    kwargs = {"max_new_tokens": 12, "do_sample": False, "pad_token_id": tokenizer.pad_token_id}
     with torch.no_grad():
         expected = plain.generate(**enc, **kwargs)
         got = fast.generate(**enc, **kwargs)
@@ -115,26 +122,43 @@ def grpo_trainer(tokenizer, tmp_path, **config):
     from trl import GRPOConfig, GRPOTrainer
 
     config = {"activation_checkpointing": True, **config}  # TRL's GRPO default, by its current name
-    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=True, per_device_train_batch_size=4,
-                      num_generations=2, max_completion_length=4, report_to="none", **config)
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=True,
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_completion_length=4,
+        report_to="none",
+        **config,
+    )
     data = Dataset.from_list([{"prompt": [{"role": "user", "content": "1+1?"}]}] * 4)
     model = tiny_model(tokenizer, seed=3)
     model.save_pretrained(tmp_path / "tiny")  # TRL loads the reference model (beta > 0) from the model's path
     model.config._name_or_path = str(tmp_path / "tiny")
-    return GRPOTrainer(model=model, reward_funcs=lambda completions, **kw: [0.0] * len(completions),
-                       args=args, train_dataset=data, processing_class=tokenizer)
+    return GRPOTrainer(
+        model=model,
+        reward_funcs=lambda completions, **kw: [0.0] * len(completions),
+        args=args,
+        train_dataset=data,
+        processing_class=tokenizer,
+    )
 
 
 def test_apply_installs_what_fits_the_trainer(tokenizer, tmp_path):
 
     trainer = grpo_trainer(tokenizer, tmp_path)
-    assert fast_paths.install(trainer) == ["generation under one autocast context", "completion-only log-prob head"]
+    assert fast_paths.install(trainer) == [
+        "generation under one autocast context",
+        "completion-only log-prob head",
+    ]
     assert trainer.model.forward.__func__.__code__.co_filename == fast_paths.__file__  # our head over TRL's
     with_reference = grpo_trainer(tokenizer, tmp_path, beta=0.04)  # TRL keeps a reference model
     assert "completion-only log-prob head" in fast_paths.install(with_reference)
     assert with_reference.ref_model.forward.__func__.__code__.co_filename == fast_paths.__file__
     assert fast_paths.install(grpo_trainer(tokenizer, tmp_path, entropy_coef=0.01)) == [
-        "generation under one autocast context"]  # the entropy bonus needs TRL's head
+        "generation under one autocast context"
+    ]  # the entropy bonus needs TRL's head
     # A model TRL did not patch is left alone.
     assert fast_paths.completion_logprob_head(tiny_model(tokenizer), temperature=1.0) is False
 
@@ -155,11 +179,15 @@ def test_the_switch_and_the_version_guard(tokenizer, tmp_path, monkeypatch, capl
     assert fast_paths.apply(trainer, False) == "off (grpo.fast_paths=false)"
     assert not getattr(trainer.model.generate, "_cached_casts", False)  # nothing installed
     monkeypatch.setattr(trl, "__version__", "99.0.0")
-    assert fast_paths.apply(trainer, "auto") == ("off: written for TRL 1.16.0, TRL 99.0.0 is installed "
-                                                 "(grpo.fast_paths=true installs them anyway)")
+    assert fast_paths.apply(trainer, "auto") == (
+        "off: written for TRL 1.16.0, TRL 99.0.0 is installed (grpo.fast_paths=true installs them anyway)"
+    )
     assert not getattr(trainer.model.generate, "_cached_casts", False)
     monkeypatch.setitem(fast_paths.TRL_INTERFACE, "trl.trainer.utils.add_fused_lm_head", "model")
     monkeypatch.setattr(trl, "__version__", "1.16.0")
     assert "TRL's trl.trainer.utils.add_fused_lm_head changed" in fast_paths.apply(trainer, "auto")
-    assert fast_paths.apply(trainer, True) == "generation under one autocast context, completion-only log-prob head"
+    assert (
+        fast_paths.apply(trainer, True)
+        == "generation under one autocast context, completion-only log-prob head"
+    )
     assert "installing them although TRL's trl.trainer.utils.add_fused_lm_head changed" in caplog.text

@@ -6,6 +6,7 @@ repeated strings, and every completion shape TRL or a user may pass (plain strin
 None, non-string content). Nothing may raise, each reward returns one finite float (or None) per
 completion, and adversarial inputs stay fast (a regex with nested quantifiers can take hours).
 """
+
 import math
 import time
 
@@ -41,14 +42,60 @@ def _built():
 
 BUILT = _built()
 
-TOKENS = ["[ANSWER]", "[answer]:", "<answer>", "</answer>", "<think>", "</think>", "<ANSWER>", "</", "<", ">",
-          "```", "```python\n", "\\boxed{", "}", "the answer is", "Answer is:", "=", "$", "-", "+", ".", ",",
-          ", ", ";", "0", "1", "7", "42", "1,000", "3.50", " ", "  ", "\n", "\r\n", "\t", "\x00", "\x1b", "**",
-          "x", "Yes", "é", "日本", "\u202e", "\ufeff", "🙂"]
+TOKENS = [
+    "[ANSWER]",
+    "[answer]:",
+    "<answer>",
+    "</answer>",
+    "<think>",
+    "</think>",
+    "<ANSWER>",
+    "</",
+    "<",
+    ">",
+    "```",
+    "```python\n",
+    "\\boxed{",
+    "}",
+    "the answer is",
+    "Answer is:",
+    "=",
+    "$",
+    "-",
+    "+",
+    ".",
+    ",",
+    ", ",
+    ";",
+    "0",
+    "1",
+    "7",
+    "42",
+    "1,000",
+    "3.50",
+    " ",
+    "  ",
+    "\n",
+    "\r\n",
+    "\t",
+    "\x00",
+    "\x1b",
+    "**",
+    "x",
+    "Yes",
+    "é",
+    "日本",
+    "\u202e",
+    "\ufeff",
+    "🙂",
+]
 tag_soup = st.lists(st.sampled_from(TOKENS), max_size=40).map("".join)
 # Huge: a short piece repeated up to 100,000 characters (rewards and regexes must stay linear).
-huge = st.builds(lambda piece, k: (piece * k)[:100_000], st.one_of(tag_soup, st.text(min_size=1, max_size=20)),
-                 st.integers(min_value=50, max_value=20_000))
+huge = st.builds(
+    lambda piece, k: (piece * k)[:100_000],
+    st.one_of(tag_soup, st.text(min_size=1, max_size=20)),
+    st.integers(min_value=50, max_value=20_000),
+)
 texts = st.one_of(st.text(), st.text(st.characters(codec="utf-8"), max_size=500), tag_soup, huge)
 
 
@@ -65,8 +112,19 @@ def _shape(text, form):
     }[form]
 
 
-forms = st.sampled_from(["str", "str", "chat", "chat", "chat_bytes_content", "chat_none_content",
-                         "chat_no_content", "empty_list", "none"])
+forms = st.sampled_from(
+    [
+        "str",
+        "str",
+        "chat",
+        "chat",
+        "chat_bytes_content",
+        "chat_none_content",
+        "chat_no_content",
+        "empty_list",
+        "none",
+    ]
+)
 batches = st.lists(st.tuples(texts, forms), min_size=1, max_size=4)
 ids_modes = st.sampled_from(["ids", "none", "missing", "wrong_length"])
 
@@ -95,9 +153,13 @@ def test_every_reward_scores_every_completion(batch, ids_mode, rnd):
     completions = [_shape(text, form) for text, form in batch]
     rows = [ROWS[i % len(ROWS)] for i in range(n)]
     kwargs = {c: [r[c] for r in rows] for c in COLUMNS}
-    kwargs.update(trainer_state=None, log_metric=lambda name, value: None, log_extra=lambda name, values: None)
+    kwargs.update(
+        trainer_state=None, log_metric=lambda name, value: None, log_extra=lambda name, values: None
+    )
     if ids_mode == "ids":
-        kwargs["completion_ids"] = [[rnd.randrange(50_000) for _ in range(rnd.randrange(150))] for _ in range(n)]
+        kwargs["completion_ids"] = [
+            [rnd.randrange(50_000) for _ in range(rnd.randrange(150))] for _ in range(n)
+        ]
     elif ids_mode == "none":
         kwargs["completion_ids"] = None
     elif ids_mode == "wrong_length":

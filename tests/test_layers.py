@@ -5,6 +5,7 @@ its own package and any lower layer, never a higher one. tasks and rewards share
 design, with one direction between them: tasks import rewards (the code tasks run their tests
 through the code reward's sandbox), rewards never import tasks.
 """
+
 from __future__ import annotations
 
 import ast
@@ -28,9 +29,12 @@ def imported(path: Path) -> set[str]:
 
 
 def upward_imports(package: str) -> list[str]:
-    higher = set(LAYERS[LAYERS.index(package) + 1:])
-    return [f"{path.relative_to(ROOT)} imports {name}"
-            for path in sorted((ROOT / package).rglob("*.py")) for name in sorted(imported(path) & higher)]
+    higher = set(LAYERS[LAYERS.index(package) + 1 :])
+    return [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in sorted((ROOT / package).rglob("*.py"))
+        for name in sorted(imported(path) & higher)
+    ]
 
 
 @pytest.mark.parametrize("package", LAYERS[:-1])
@@ -41,6 +45,7 @@ def test_no_module_imports_a_higher_layer(package):
 
 def test_the_check_sees_imports_inside_functions(tmp_path):
     module = tmp_path / "m.py"
-    module.write_text("import os\n\n\ndef f():\n    from grpo_recipes.data import to_row\n"
-                      "    import tasks.code\n")
+    module.write_text(
+        "import os\n\n\ndef f():\n    from grpo_recipes.data import to_row\n    import tasks.code\n"
+    )
     assert imported(module) == {"os", "grpo_recipes", "tasks"}

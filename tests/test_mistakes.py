@@ -5,6 +5,7 @@ the key, no traceback, nothing created. Then the run directory rules: a finished
 byte-identical under every resume attempt, and a stopped run resumes as itself from the command
 it printed.
 """
+
 import hashlib
 import json
 import re
@@ -42,7 +43,11 @@ CASES = [
     ("cross-field", ["grpo.per_device_train_batch_size=12"], "not divisible by grpo.num_generations (8)"),
     ("cross-field", ["grpo.num_generations=3"], "= 16 completions per generation batch is not divisible"),
     ("cross-field", ["eval.seed=1"], "eval.seed=1: must differ from dataset.seed"),
-    ("cross-field", ["grpo.eval_strategy=steps"], "grpo.eval_strategy=steps: the recipe runs its own fixed eval"),
+    (
+        "cross-field",
+        ["grpo.eval_strategy=steps"],
+        "grpo.eval_strategy=steps: the recipe runs its own fixed eval",
+    ),
     ("choice", ["resume=maybe"], "resume=maybe: expected one of: true, false, auto"),
     ("choice", ["model.dtype=fp64"], "model.dtype=fp64: expected one of: auto, float32"),
     ("choice", ["sandbox.isolation=none"], "sandbox.isolation=none: expected one of: full, basic"),
@@ -62,8 +67,11 @@ CASES = [
     ("unknown key", ["output_dir=/tmp/elsewhere"], "output_dir is the run directory Hydra makes"),
     ("sweep", ["-m", "seed=1,x"], "seed=x: expected an integer"),
     ("sweep", ["-m", "learning_rate=1e-5,0"], "learning_rate=0: expected a number > 0"),
-    ("sweep", ["-m", "grpo.num_generations=4,6", "grpo.per_device_train_batch_size=12,8"],
-     "grpo.per_device_train_batch_size (8) x processes (1) x steps_per_generation (1) = 8 completions"),
+    (
+        "sweep",
+        ["-m", "grpo.num_generations=4,6", "grpo.per_device_train_batch_size=12,8"],
+        "grpo.per_device_train_batch_size (8) x processes (1) x steps_per_generation (1) = 8 completions",
+    ),
     ("sweep", ["max_steps=10,20"], "max_steps=10,20: several values are a sweep; add -m"),
     ("flags", ["--config-path", "config", "learning_rate=abc"], "learning_rate=abc: expected a number > 0"),
     ("resume", ["resume=true", "run_name=never_ran"], "resume=true: there is no run in"),
@@ -72,8 +80,11 @@ CASES = [
 
 def _files(root: Path) -> dict[str, str]:
     """Every file under root with a hash of its bytes."""
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.mark.parametrize("category,overrides,message", CASES, ids=[" ".join(c[1]) for c in CASES])
@@ -90,9 +101,13 @@ def test_a_mistake_is_one_line_exit_2_and_creates_nothing(tmp_path, category, ov
 
 def test_the_check_imports_nothing_heavy(tmp_path):
     """The value check runs before torch, TRL or reasoning-gym are imported: a mistake costs a second."""
-    proc = run_train(*TINY, f"output_root={tmp_path}", "learning_rate=abc", env={"PYTHONPROFILEIMPORTTIME": "1"})
+    proc = run_train(
+        *TINY, f"output_root={tmp_path}", "learning_rate=abc", env={"PYTHONPROFILEIMPORTTIME": "1"}
+    )
     assert proc.returncode == 2
-    imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    imported = {
+        line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")
+    }
     assert "hydra" in imported and not imported & {"torch", "trl", "transformers", "reasoning_gym"}
 
 
@@ -102,7 +117,8 @@ def test_full_error_shows_the_traceback(tmp_path):
 
 
 def test_readme_common_mistakes_are_what_the_commands_print(tmp_path):
-    """Each `$ python train_grpo.py ...` line of the README's "Common mistakes" gives the error shown below it."""
+    """Each `$ python train_grpo.py ...` line of the README's "Common mistakes" gives the error shown below
+    it."""
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## Common mistakes", 1)[1].split("\n## ", 1)[0]
     examples = re.findall(r"^\$ python train_grpo\.py (.+)\n(error: .+)$", section, re.MULTILINE)
@@ -116,23 +132,40 @@ def test_readme_common_mistakes_are_what_the_commands_print(tmp_path):
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("finished")
-    proc = run_train(*TINY, f"output_root={root}", "dataset=sum_digits", "run_name=done", "max_steps=2",
-                     "grpo.save_steps=1")
+    proc = run_train(
+        *TINY,
+        f"output_root={root}",
+        "dataset=sum_digits",
+        "run_name=done",
+        "max_steps=2",
+        "grpo.save_steps=1",
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return root
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("args,code,message", [
-    ([], 2, "already holds a run: pass resume=true to continue it, or a new run_name=..."),
-    (["dataset=sum_digits", "max_steps=2"], 2, "already holds a run"),
-    (["resume=true"], 0, "already finished at step 2: nothing to do, and nothing was changed"),
-    (["resume=auto"], 0, "already finished at step 2"),
-    (["resume=true", "max_steps=5"], 2, "is a finished run (step 2); a finished run is never trained or rewritten"),
-    (["resume=true", "dataset=arithmetic"], 2, "dataset.name (sum_digits -> arithmetic)"),
-    (["resume=true", "learning_rate=1e-3"], 2, "learning_rate (1e-05 -> 0.001) would change what the run learns"),
-    (["resume=maybe"], 2, "resume=maybe: expected one of: true, false, auto"),
-])
+@pytest.mark.parametrize(
+    "args,code,message",
+    [
+        ([], 2, "already holds a run: pass resume=true to continue it, or a new run_name=..."),
+        (["dataset=sum_digits", "max_steps=2"], 2, "already holds a run"),
+        (["resume=true"], 0, "already finished at step 2: nothing to do, and nothing was changed"),
+        (["resume=auto"], 0, "already finished at step 2"),
+        (
+            ["resume=true", "max_steps=5"],
+            2,
+            "is a finished run (step 2); a finished run is never trained or rewritten",
+        ),
+        (["resume=true", "dataset=arithmetic"], 2, "dataset.name (sum_digits -> arithmetic)"),
+        (
+            ["resume=true", "learning_rate=1e-3"],
+            2,
+            "learning_rate (1e-05 -> 0.001) would change what the run learns",
+        ),
+        (["resume=maybe"], 2, "resume=maybe: expected one of: true, false, auto"),
+    ],
+)
 def test_a_finished_run_is_never_changed(finished_run, args, code, message):
     before = _files(finished_run)
     proc = run_train(f"output_root={finished_run}", "run_name=done", *args)
@@ -144,7 +177,14 @@ def test_a_finished_run_is_never_changed(finished_run, args, code, message):
 
 @pytest.mark.slow
 def test_a_finished_sweep_is_never_changed(tmp_path):
-    sweep = ["-m", "seed=1,2", "run_name=sw", f"output_root={tmp_path}", "max_steps=1", "grpo.save_strategy=no"]
+    sweep = [
+        "-m",
+        "seed=1,2",
+        "run_name=sw",
+        f"output_root={tmp_path}",
+        "max_steps=1",
+        "grpo.save_strategy=no",
+    ]
     done = run_train(*TINY, *sweep)
     assert done.returncode == 0, done.stderr[-2000:]
     before = _files(tmp_path)
@@ -161,8 +201,17 @@ def test_a_finished_sweep_is_never_changed(tmp_path):
 def test_a_stopped_run_resumes_as_itself_from_the_printed_command(tmp_path):
     """A non-default run (sum_digits, its own reward and eval set) stopped by SIGTERM; the printed command,
     run exactly as printed, continues that run: same task, rewards and eval problems, same config.yaml."""
-    args = [sys.executable, str(ROOT / "train_grpo.py"), *TINY, f"output_root={tmp_path}", "run_name=digits",
-            "experiment=digits", "max_steps=200", "eval.every_n_steps=0", "grpo.save_steps=5"]
+    args = [
+        sys.executable,
+        str(ROOT / "train_grpo.py"),
+        *TINY,
+        f"output_root={tmp_path}",
+        "run_name=digits",
+        "experiment=digits",
+        "max_steps=200",
+        "eval.every_n_steps=0",
+        "grpo.save_steps=5",
+    ]
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     run = tmp_path / "digits"
     deadline = time.time() + 180
@@ -179,7 +228,10 @@ def test_a_stopped_run_resumes_as_itself_from_the_printed_command(tmp_path):
 
     command = shlex.split(printed)[2:]  # as printed, after "python train_grpo.py"
     short = run_train(*command, f"max_steps={stopped_at}")  # nothing left to train after the checkpoint
-    assert short.returncode == 2 and f"continues from checkpoint-{stopped_at}, so max_steps must be above" in short.stderr
+    assert (
+        short.returncode == 2
+        and f"continues from checkpoint-{stopped_at}, so max_steps must be above" in short.stderr
+    )
     resumed = run_train(*command, "max_steps=" + str(stopped_at + 3))  # a shorter run than planned is allowed
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
     assert (run / "config.yaml").read_text() == config_before  # written once, when the run started
@@ -202,13 +254,27 @@ def test_a_stopped_run_resumes_as_itself_from_the_printed_command(tmp_path):
 # error into the same one line; choices TRL checks only inside the trainer are in our table instead.
 TRL_CASES = [
     (["grpo.shuffle_dataset=maybe"], "grpo.shuffle_dataset=maybe: expected bool | None (GRPOConfig's type)"),
-    (["grpo.log_completions_hub_repo=me/completions"],
-     "grpo.log_completions_hub_repo=me/completions: log_completions_hub_repo is set, but log_completions is False"),
+    (
+        ["grpo.log_completions_hub_repo=me/completions"],
+        (
+            "grpo.log_completions_hub_repo=me/completions: log_completions_hub_repo is set, but "
+            "log_completions "
+            "is False"
+        ),
+    ),
     (["grpo.lr_scheduler_type=nosuch"], "grpo.lr_scheduler_type=nosuch: nosuch is not a valid SchedulerType"),
-    (["grpo.generation_batch_size=24"],
-     "grpo.generation_batch_size=24: generation_batch_size (24) must be divisible by the global batch size (16)"),
+    (
+        ["grpo.generation_batch_size=24"],
+        (
+            "grpo.generation_batch_size=24: generation_batch_size (24) must be divisible by the global batch "
+            "size (16)"
+        ),
+    ),
     (["report_to=wandbb"], "report_to=wandbb: wandbb is not supported, only"),
-    (["grpo.scale_rewards=maybe"], "grpo.scale_rewards=maybe: expected one of: group, batch, none, true, false"),
+    (
+        ["grpo.scale_rewards=maybe"],
+        "grpo.scale_rewards=maybe: expected one of: group, batch, none, true, false",
+    ),
     (["grpo.loss_type=nosuch"], "grpo.loss_type=nosuch: expected one of: grpo, bnpo, dr_grpo, dapo"),
     (["grpo.max_prompt_length=64"], "grpo.max_prompt_length: not a GRPOConfig field of the installed TRL"),
     (["grpo.max_steps=3"], "grpo.max_steps is a top-level knob here: set `max_steps=...`"),

@@ -1,4 +1,6 @@
-"""The no-signal warning: after N steps in a row with no group whose rewards differ, one warning naming the cause."""
+"""The no-signal warning: after N steps in a row with no group whose rewards differ, one warning naming the
+cause."""
+
 import logging
 
 from transformers import TrainerControl, TrainerState
@@ -19,7 +21,9 @@ def test_warns_once_after_n_steps_in_a_row(caplog):
     caplog.set_level(logging.WARNING, logger="grpo_recipes.no_signal")
     for step, zero_std in enumerate([1.0, 1.0, 0.5, 1.0, 1.0, 1.0, 1.0], start=1):
         state.global_step = step
-        callback.on_log(None, state, TrainerControl(), logs={"frac_reward_zero_std": zero_std, "accuracy/t": 0.0})
+        callback.on_log(
+            None, state, TrainerControl(), logs={"frac_reward_zero_std": zero_std, "accuracy/t": 0.0}
+        )
     warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == 1 and "No learning signal for 3 steps in a row (step 6)" in warnings[0]
     assert "too hard" in warnings[0]

@@ -1,6 +1,7 @@
 """Each experiment preset (config/experiment/) composes and trains a step or two on the tiny model,
 cut short: short completions, a small eval. Asserts what makes each preset that recipe. What each
 preset teaches the embedded model is measured by benchmarks/presets.py, not here."""
+
 import json
 
 import pytest
@@ -8,16 +9,26 @@ import pytest
 from tests.conftest import read_jsonl, run_train
 
 pytestmark = pytest.mark.slow
-SHORT = ["model=tiny_random", "eval.size=4", "grpo.max_completion_length=16", "dataset.train_size=32", "grpo.save_strategy=no"]
+SHORT = [
+    "model=tiny_random",
+    "eval.size=4",
+    "grpo.max_completion_length=16",
+    "dataset.train_size=32",
+    "grpo.save_strategy=no",
+]
 
 
 def _run(tmp_path, preset: str, *overrides: str):
     proc = run_train(f"experiment={preset}", f"output_root={tmp_path}", "run_name=run", *SHORT, *overrides)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run_dir = tmp_path / "run"
-    evals = {int(p.stem.rsplit("_", 1)[1]): json.loads(p.read_text())
-             for p in (run_dir / "eval_results").glob("eval_step_*.json")}
-    train = [r for r in read_jsonl(run_dir / "metrics.jsonl") if r["split"] == "train" and "train/reward" in r]
+    evals = {
+        int(p.stem.rsplit("_", 1)[1]): json.loads(p.read_text())
+        for p in (run_dir / "eval_results").glob("eval_step_*.json")
+    }
+    train = [
+        r for r in read_jsonl(run_dir / "metrics.jsonl") if r["split"] == "train" and "train/reward" in r
+    ]
     return run_dir, evals, train
 
 

@@ -4,6 +4,7 @@
 one line, it gives the system prompt, the extraction (TaskSet, the accuracy reward), the format
 reward, tag_count, and the eval's and the report's rule names.
 """
+
 import json
 import re
 from types import SimpleNamespace
@@ -69,28 +70,52 @@ def test_a_new_format_drives_the_rewards(boxed, with_taskset_judge):
     taskset = TaskSet({"sum_digits": {}}, "boxed")
     row = to_row(taskset.sample(1, seed=0)[0], Boxed.system_prompt)
     answer = row["answer"]
-    completions = [f"work \\boxed{{{answer}}}", f"\\boxed{{{answer}}} or \\boxed{{1}}", f"the answer is {answer}",
-                   ""]
+    completions = [
+        f"work \\boxed{{{answer}}}",
+        f"\\boxed{{{answer}}} or \\boxed{{1}}",
+        f"the answer is {answer}",
+        "",
+    ]
     ctx = RewardContext(taskset.score, "boxed", judge=taskset.judge if with_taskset_judge else None)
-    funcs, _ = build_rewards({"accuracy": {}, "format": {}, "soft": {"fn": "format", "mode": "soft"},
-                              "tag_count": {}, "correct_and_format": {}}, ctx)
+    funcs, _ = build_rewards(
+        {
+            "accuracy": {},
+            "format": {},
+            "soft": {"fn": "format", "mode": "soft"},
+            "tag_count": {},
+            "correct_and_format": {},
+        },
+        ctx,
+    )
     columns = {k: [row[k]] * 4 for k in ("question", "answer", "metadata", "task")}
     got = {f.__name__: f(prompts=[None] * 4, completions=completions, **columns) for f in funcs}
-    assert got == {"accuracy": [1.0, 0.0, 0.0, 0.0], "format": [1.0, 0.0, 0.0, 0.0],
-                   "soft": [1.0, 1.0, 0.0, 0.0], "tag_count": [1.0, 0.0, 0.0, 0.0],
-                   "correct_and_format": [1.0, -0.1, -0.1, -0.1]}
+    assert got == {
+        "accuracy": [1.0, 0.0, 0.0, 0.0],
+        "format": [1.0, 0.0, 0.0, 0.0],
+        "soft": [1.0, 1.0, 0.0, 0.0],
+        "tag_count": [1.0, 0.0, 0.0, 0.0],
+        "correct_and_format": [1.0, -0.1, -0.1, -0.1],
+    }
 
 
 def test_a_new_format_reaches_the_eval_json_and_the_report(boxed, tiny, tmp_path, monkeypatch):
     _, tokenizer = tiny
-    dataset = {"tasks": {"sum_digits": {}}, "prompt_format": "boxed", "system_prompt": None, "train_size": 10,
-               "seed": 1}
+    dataset = {
+        "tasks": {"sum_digits": {}},
+        "prompt_format": "boxed",
+        "system_prompt": None,
+        "train_size": 10,
+        "seed": 1,
+    }
     taskset, _, rows = build_datasets(dataset, {"size": 4, "seed": 7})
     assert rows[0]["prompt"][0] == {"role": "system", "content": Boxed.system_prompt}
     ev = FixedEvaluator(rows, taskset, tokenizer, "boxed", max_new_tokens=8)
     written = [f"\\boxed{{{rows[0]['answer']}}}", f"so \\boxed{{{rows[1]['answer']}}}", "the answer is 3", ""]
-    monkeypatch.setattr(ev, "generate", lambda model, indices, sampled=False, progress=False:
-                        [(written[i], 5, False) for i in indices])
+    monkeypatch.setattr(
+        ev,
+        "generate",
+        lambda model, indices, sampled=False, progress=False: [(written[i], 5, False) for i in indices],
+    )
     accelerator = SimpleNamespace(process_index=0, num_processes=1, is_main_process=True)
     metrics, examples = ev.run(None, accelerator, step=0, out_dir=tmp_path / "eval_results")
     assert [e["rule"] for e in examples] == ["boxed", "boxed", "none", "none"]
@@ -105,17 +130,39 @@ def test_a_new_format_reaches_the_eval_json_and_the_report(boxed, tiny, tmp_path
 
 def test_the_report_names_the_code_rules_of_a_code_run(tmp_path):
     def example(rule, correct):
-        return {"index": 0, "task": "humaneval", "question": "q", "answer": "a", "completion": "c",
-                "extracted": "x", "rule": rule, "score": float(correct), "correct": correct, "format_ok": True,
-                "length": 3, "truncated": False}
+        return {
+            "index": 0,
+            "task": "humaneval",
+            "question": "q",
+            "answer": "a",
+            "completion": "c",
+            "extracted": "x",
+            "rule": rule,
+            "score": float(correct),
+            "correct": correct,
+            "format_ok": True,
+            "length": 3,
+            "truncated": False,
+        }
 
-    examples = [example("fenced", True), example("fenced", False), example("raw", False),
-                example("none", False)]
+    examples = [
+        example("fenced", True),
+        example("fenced", False),
+        example("raw", False),
+        example("none", False),
+    ]
     metrics = summarize(examples, prompt_format="think")
-    assert [k for k in metrics if k.startswith("rule/")] == ["rule/tag", "rule/phrase", "rule/last_number",
-                                                             "rule/none", "rule/fenced", "rule/raw"]
+    assert [k for k in metrics if k.startswith("rule/")] == [
+        "rule/tag",
+        "rule/phrase",
+        "rule/last_number",
+        "rule/none",
+        "rule/fenced",
+        "rule/raw",
+    ]
     (tmp_path / "eval_results").mkdir()
     (tmp_path / "eval_results" / "eval_step_0.json").write_text(
-        json.dumps({"step": 0, "metrics": metrics, "examples": examples}))
+        json.dumps({"step": 0, "metrics": metrics, "examples": examples})
+    )
     report = write_report(tmp_path).read_text()
     assert "by rule: tag: 0%, phrase: 0%, last_number: 0%, fenced: 50%, raw: 25%, none: 25%." in report

@@ -20,8 +20,14 @@ CONFIG = Path(__file__).resolve().parents[1] / "config"
 
 def gsm8k_rows(n: int) -> list[dict]:
     """GSM8K-shaped rows: a worked solution whose final answer follows '#### ' (with thousands commas)."""
-    return [{"question": f"Tom has {i} boxes of 1000 pens. How many pens?",
-             "answer": f"{i} * 1000 = {i * 1000}\n#### {i * 1000:,}", "id": i} for i in range(1, n + 1)]
+    return [
+        {
+            "question": f"Tom has {i} boxes of 1000 pens. How many pens?",
+            "answer": f"{i} * 1000 = {i * 1000}\n#### {i * 1000:,}",
+            "id": i,
+        }
+        for i in range(1, n + 1)
+    ]
 
 
 def write(path: Path, rows: list[dict]) -> Path:
@@ -34,7 +40,9 @@ def write(path: Path, rows: list[dict]) -> Path:
         path.write_text(json.dumps(rows))
     elif name.endswith((".csv", ".tsv")):
         with path.open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]), delimiter="\t" if name.endswith(".tsv") else ",")
+            writer = csv.DictWriter(
+                f, fieldnames=list(rows[0]), delimiter="\t" if name.endswith(".tsv") else ","
+            )
             writer.writeheader()
             writer.writerows(rows)
     elif name.endswith(".parquet"):
@@ -59,7 +67,8 @@ def test_every_format_gives_the_same_entries(tmp_path, name):
     path = write(tmp_path / name, gsm8k_rows(12))
     entries = TaskSet(qa(path)).sample(12, seed=0)
     assert sorted((e["metadata"]["row"], e["question"], e["answer"]) for e in entries) == [
-        (i - 1, f"Tom has {i} boxes of 1000 pens. How many pens?", str(i * 1000)) for i in range(1, 13)]
+        (i - 1, f"Tom has {i} boxes of 1000 pens. How many pens?", str(i * 1000)) for i in range(1, 13)
+    ]
     assert {e["metadata"]["source_dataset"] for e in entries} == {"qa_file"}
 
 
@@ -76,29 +85,66 @@ def test_entries_hold_the_final_answer_and_the_row(gsm_file):
 
 def test_order_is_a_seeded_permutation_that_wraps(gsm_file):
     def rows(seed, size=80):
-        return [e["metadata"]["row"] for e in create_dataset("qa_file", path=str(gsm_file), seed=seed, size=size)]
+        return [
+            e["metadata"]["row"] for e in create_dataset("qa_file", path=str(gsm_file), seed=seed, size=size)
+        ]
 
     first = rows(3)
     assert sorted(first[:40]) == sorted(first[40:]) == list(range(40))  # each pass: every row once
-    assert first[:40] != first[40:]                                      # reshuffled on the next pass
+    assert first[:40] != first[40:]  # reshuffled on the next pass
     assert first == rows(3) and first[:40] != rows(4)[:40] and first[:40] != list(range(40))
-    assert create_dataset("qa_file", path=str(gsm_file), seed=3, size=500)[123]["metadata"]["row"] == \
-        rows(3, size=124)[123]
+    assert (
+        create_dataset("qa_file", path=str(gsm_file), seed=3, size=500)[123]["metadata"]["row"]
+        == rows(3, size=124)[123]
+    )
 
 
-@pytest.mark.parametrize("answer,gold,expected", [
-    ("1000", "1000", 1.0), ("1,000", "1000", 1.0), ("1000.0", "1000", 1.0), ("$1000", "1000", 1.0),
-    ("1000.00", "1000", 1.0), (" 1000 ", "1000", 1.0), ("1000.", "1000", 1.0), ("$1,000.00", "1,000", 1.0),
-    ("1e3", "1000", 1.0), ("1E3", "1000", 1.0), ("\\boxed{1000}", "1000", 1.0), ("**1000**", "1000", 1.0),
-    ("0.5", ".5", 1.0), ("0.75", "3/4", 1.0), ("007", "7", 1.0), ("+5", "5", 1.0),
-    ("\u22125", "-5", 1.0), ("-5", "\u22125", 1.0), ("-$5", "-5", 1.0), ("$-5", "-5", 1.0), ("5", "-5", 0.0),
-    ("50%", "50", 1.0), ("50", "50%", 1.0), ("0.5", "50%", 0.0),
-    ("1000.4", "1000", 0.0), ("1001", "1000", 0.0), ("1000001", "1000000", 0.0),   # integers: exact
-    ("3.1415927", "3.14159265", 1.0), ("3.1416", "3.14159265", 0.0),               # else: rel_tol 1e-6
-    ("1000 dollars", "1000", 0.0), ("1 000", "1000", 0.0), ("one thousand", "1000", 0.0), ("", "1000", 0.0),
-    ("Paris", "paris", 1.0), (" new   YORK. ", "New York", 1.0), ("London", "Paris", 0.0), ("", "", 0.0),
-    ("1", "1,2", 0.0), ("1,2", "1,2", 1.0), (None, "1000", 0.0), (1000, "1000", 1.0),
-])
+@pytest.mark.parametrize(
+    "answer,gold,expected",
+    [
+        ("1000", "1000", 1.0),
+        ("1,000", "1000", 1.0),
+        ("1000.0", "1000", 1.0),
+        ("$1000", "1000", 1.0),
+        ("1000.00", "1000", 1.0),
+        (" 1000 ", "1000", 1.0),
+        ("1000.", "1000", 1.0),
+        ("$1,000.00", "1,000", 1.0),
+        ("1e3", "1000", 1.0),
+        ("1E3", "1000", 1.0),
+        ("\\boxed{1000}", "1000", 1.0),
+        ("**1000**", "1000", 1.0),
+        ("0.5", ".5", 1.0),
+        ("0.75", "3/4", 1.0),
+        ("007", "7", 1.0),
+        ("+5", "5", 1.0),
+        ("\u22125", "-5", 1.0),
+        ("-5", "\u22125", 1.0),
+        ("-$5", "-5", 1.0),
+        ("$-5", "-5", 1.0),
+        ("5", "-5", 0.0),
+        ("50%", "50", 1.0),
+        ("50", "50%", 1.0),
+        ("0.5", "50%", 0.0),
+        ("1000.4", "1000", 0.0),
+        ("1001", "1000", 0.0),
+        ("1000001", "1000000", 0.0),  # integers: exact
+        ("3.1415927", "3.14159265", 1.0),
+        ("3.1416", "3.14159265", 0.0),  # else: rel_tol 1e-6
+        ("1000 dollars", "1000", 0.0),
+        ("1 000", "1000", 0.0),
+        ("one thousand", "1000", 0.0),
+        ("", "1000", 0.0),
+        ("Paris", "paris", 1.0),
+        (" new   YORK. ", "New York", 1.0),
+        ("London", "Paris", 0.0),
+        ("", "", 0.0),
+        ("1", "1,2", 0.0),
+        ("1,2", "1,2", 1.0),
+        (None, "1000", 0.0),
+        (1000, "1000", 1.0),
+    ],
+)
 def test_matching_table(answer, gold, expected):
     assert match_answer(answer, gold) == expected
 
@@ -110,8 +156,29 @@ def test_rel_tol_is_the_config_key(gsm_file, tmp_path):
     assert TaskSet(qa(path, rel_tol=0.01)).score("3.14", entry) == 1.0
 
 
-@pytest.mark.parametrize("junk", ["", "\x00", "-", "$", "%", "1/0", "1e999999999", "9" * 5000, "nan", "inf",
-                                  "{}", "[ANSWER]", "1," * 500, "(((", "\\boxed{", "$$", "🙂", "1/" + "9" * 3000])
+@pytest.mark.parametrize(
+    "junk",
+    [
+        "",
+        "\x00",
+        "-",
+        "$",
+        "%",
+        "1/0",
+        "1e999999999",
+        "9" * 5000,
+        "nan",
+        "inf",
+        "{}",
+        "[ANSWER]",
+        "1," * 500,
+        "(((",
+        "\\boxed{",
+        "$$",
+        "🙂",
+        "1/" + "9" * 3000,
+    ],
+)
 def test_matching_never_raises(junk):
     for gold in ("1000", "2.5", "Paris", junk):
         assert match_answer(junk, gold) in (0.0, 1.0)
@@ -119,17 +186,29 @@ def test_matching_never_raises(junk):
 
 
 def test_gold_answers_are_written_plainly():
-    assert [canonical_answer(a) for a in [" 1,000", "$1,000.50", "-0.0", "1e3", "3/4", "**Paris.**"]] == \
-        ["1000", "1000.5", "0", "1e3", "3/4", "Paris"]
+    assert [canonical_answer(a) for a in [" 1,000", "$1,000.50", "-0.0", "1e3", "3/4", "**Paris.**"]] == [
+        "1000",
+        "1000.5",
+        "0",
+        "1e3",
+        "3/4",
+        "Paris",
+    ]
 
 
 def test_answer_formats(tmp_path):
-    plain = write(tmp_path / "plain.csv", [{"q": "Capital of France?", "a": "Paris"}, {"q": "2+2?", "a": "4"}])
+    plain = write(
+        tmp_path / "plain.csv", [{"q": "Capital of France?", "a": "Paris"}, {"q": "2+2?", "a": "4"}]
+    )
     entries = TaskSet(qa(plain, question_column="q", answer_column="a")).sample(2, seed=0)
     assert sorted(e["answer"] for e in entries) == ["4", "Paris"]
     # gsm8k on demand; plain keeps the whole column even when it holds "####"
     gsm = write(tmp_path / "g.jsonl", gsm8k_rows(3))
-    assert {e["answer"] for e in TaskSet(qa(gsm, answer_format="gsm8k")).sample(3, seed=0)} == {"1000", "2000", "3000"}
+    assert {e["answer"] for e in TaskSet(qa(gsm, answer_format="gsm8k")).sample(3, seed=0)} == {
+        "1000",
+        "2000",
+        "3000",
+    }
     whole = TaskSet(qa(gsm, answer_format="plain")).sample(3, seed=0)
     assert all("####" in e["answer"] for e in whole)
 
@@ -153,7 +232,9 @@ def test_validation_messages(tmp_path, gsm_file):
     msg = _error(qa(_touch(tmp_path / "d.xlsx", "x")))
     assert "path '" in msg and "unsupported file type '.xlsx'" in msg and ".jsonl, .json, .csv" in msg
     msg = _error(qa(gsm_file, question_column="problem"))
-    assert "question_column 'problem' is not a column of" in msg and "its columns: question, answer, id" in msg
+    assert (
+        "question_column 'problem' is not a column of" in msg and "its columns: question, answer, id" in msg
+    )
     msg = _error(qa(gsm_file, answer_column="solution"))
     assert "answer_column 'solution'" in msg and "its columns: question, answer, id" in msg
     assert "is empty (0 bytes)" in _error(qa(_touch(tmp_path / "empty.jsonl", "")))
@@ -161,15 +242,28 @@ def test_validation_messages(tmp_path, gsm_file):
     assert "holds no rows" in _error(qa(_touch(tmp_path / "blank.jsonl", "\n\n")))
     assert "path is not set" in _error({"qa_file": {"config": {}}})
     assert "path is not set" in _error(qa("???"))
-    assert "answer_format 'latex' is not one of: auto, gsm8k, plain" in _error(qa(gsm_file, answer_format="latex"))
+    assert "answer_format 'latex' is not one of: auto, gsm8k, plain" in _error(
+        qa(gsm_file, answer_format="latex")
+    )
     assert "rel_tol must be a number" in _error(qa(gsm_file, rel_tol=-1))
     assert "split 'test' applies to hub datasets" in _error(qa(gsm_file, split="test"))
-    assert "line 2 is not valid JSON" in _error(qa(_touch(tmp_path / "bad.jsonl", '{"question": "a"}\n{oops\n')))
-    plain = write(tmp_path / "mixed.jsonl", [{"question": "a", "answer": "1"}, {"question": "b", "answer": "x #### 2"}])
+    assert "line 2 is not valid JSON" in _error(
+        qa(_touch(tmp_path / "bad.jsonl", '{"question": "a"}\n{oops\n'))
+    )
+    plain = write(
+        tmp_path / "mixed.jsonl", [{"question": "a", "answer": "1"}, {"question": "b", "answer": "x #### 2"}]
+    )
     assert "row 0" in _error(qa(plain, answer_format="gsm8k")) and "answer_format=plain" in _error(
-        qa(plain, answer_format="gsm8k"))
+        qa(plain, answer_format="gsm8k")
+    )
     assert "question_column 'question' is empty in row 1" in _error(
-        qa(write(tmp_path / "blankq.jsonl", [{"question": "a", "answer": "1"}, {"question": " ", "answer": "2"}])))
+        qa(
+            write(
+                tmp_path / "blankq.jsonl",
+                [{"question": "a", "answer": "1"}, {"question": " ", "answer": "2"}],
+            )
+        )
+    )
     with pytest.raises(ConfigError, match="unknown key 'answer_col'.*Accepted keys: .*answer_column"):
         validate_tasks(qa(gsm_file, answer_col="answer"))
 
@@ -240,11 +334,17 @@ def composed(*overrides: str) -> dict:
 def test_dataset_options_gsm8k_and_qa_file(gsm_file):
     gsm = composed("dataset=gsm8k")["dataset"]
     assert list(gsm["tasks"]) == ["gsm_symbolic"] and gsm["prompt_format"] == "answer_tag"
-    assert gsm["rewards"] == {"accuracy": {"weight": 1.0, "mode": "binary"}, "format": {"weight": 0.1, "mode": "strict"}}
+    assert gsm["rewards"] == {
+        "accuracy": {"weight": 1.0, "mode": "binary"},
+        "format": {"weight": 0.1, "mode": "strict"},
+    }
     validate_tasks(gsm["tasks"])
     # qa_file: a missing path is one line naming the key to set
-    with pytest.raises(ConfigError, match=r"^dataset.tasks.qa_file.config is invalid: path is not set.*"
-                                          r"dataset.tasks.qa_file.config.path="):
+    with pytest.raises(
+        ConfigError,
+        match=r"^dataset.tasks.qa_file.config is invalid: path is not set.*"
+        r"dataset.tasks.qa_file.config.path=",
+    ):
         validate_tasks(composed("dataset=qa_file")["dataset"]["tasks"])
     cfg = composed("dataset=qa_file", f"dataset.tasks.qa_file.config.path={gsm_file}")
     assert cfg["run_name"].startswith("qa_file-")

@@ -16,8 +16,15 @@ META = json.dumps({"source_dataset": "sum_digits"})
 def call(fn, texts, answers):
     completions = [[{"role": "assistant", "content": t}] for t in texts]
     n = len(texts)
-    return fn(prompts=[[]] * n, completions=completions, completion_ids=[[]] * n, answer=answers,
-              metadata=[META] * n, question=["q"] * n, task=["sum_digits"] * n)
+    return fn(
+        prompts=[[]] * n,
+        completions=completions,
+        completion_ids=[[]] * n,
+        answer=answers,
+        metadata=[META] * n,
+        question=["q"] * n,
+        task=["sum_digits"] * n,
+    )
 
 
 def rewards_for(spec, prompt_format="answer_tag"):
@@ -49,8 +56,13 @@ def test_correct_and_format_is_the_gsm8k_combination():
 
 
 def test_names_and_weights_follow_yaml_order():
-    funcs, weights = rewards_for({"accuracy": {"weight": 1.0}, "format": {"weight": 0.2, "mode": "soft"},
-                                  "strict_fmt": {"fn": "format", "weight": 0.1}})
+    funcs, weights = rewards_for(
+        {
+            "accuracy": {"weight": 1.0},
+            "format": {"weight": 0.2, "mode": "soft"},
+            "strict_fmt": {"fn": "format", "weight": 0.1},
+        }
+    )
     assert [f.__name__ for f in funcs] == ["accuracy", "format", "strict_fmt"]
     assert weights == [1.0, 0.2, 0.1]
 
@@ -65,14 +77,17 @@ def length_reward(prompts, completions, **kwargs):
     return [float(len(c[0]["content"])) for c in completions]
 
 
-@pytest.mark.parametrize("spec,message", [
-    ({"acuracy": {}}, "unknown reward 'acuracy'. Did you mean: accuracy"),
-    ({"accuracy": {"mode": "fuzzy"}}, r"accuracy.mode='fuzzy'; accepted: binary, graded, signed"),
-    ({"format": {"strictness": 1}}, "unknown option 'strictness'"),
-    ({"x": {"fn": "no.such.module.fn"}}, "could not be imported"),
-    ({"accuracy": {"weight": "high"}}, "weight must be a number"),
-    ({}, "empty"),
-])
+@pytest.mark.parametrize(
+    "spec,message",
+    [
+        ({"acuracy": {}}, "unknown reward 'acuracy'. Did you mean: accuracy"),
+        ({"accuracy": {"mode": "fuzzy"}}, r"accuracy.mode='fuzzy'; accepted: binary, graded, signed"),
+        ({"format": {"strictness": 1}}, "unknown option 'strictness'"),
+        ({"x": {"fn": "no.such.module.fn"}}, "could not be imported"),
+        ({"accuracy": {"weight": "high"}}, "weight must be a number"),
+        ({}, "empty"),
+    ],
+)
 def test_bad_reward_config(spec, message):
     with pytest.raises(ConfigError, match=message):
         rewards_for(spec)

@@ -4,6 +4,7 @@ Python programs are tried under both isolation levels ("full": namespaces, Landl
 capabilities where this machine allows; "basic": rlimits + the Python guard only). Shell programs
 bypass the Python guard, so they prove the OS layers and run only where those layers exist.
 """
+
 from __future__ import annotations
 
 import os
@@ -116,8 +117,10 @@ def tcp_server():
 @pytest.mark.parametrize("level", ISOLATION)
 def test_no_network(executors, level, tcp_server):
     port, hits = tcp_server
-    for source in (f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)\nprint('connected')",
-                   f"import _socket\ns = _socket.socket()\ns.connect(('127.0.0.1', {port}))\nprint('connected')"):
+    for source in (
+        f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)\nprint('connected')",
+        f"import _socket\ns = _socket.socket()\ns.connect(('127.0.0.1', {port}))\nprint('connected')",
+    ):
         result = executors[level].run_one(Program(source))
         assert not result.ok and "connected" not in result.stdout
     time.sleep(0.3)
@@ -127,7 +130,9 @@ def test_no_network(executors, level, tcp_server):
 @needs_os_layers
 def test_no_network_for_a_shell_either(tcp_server):
     port, hits = tcp_server
-    result = Executor().run_one(Program(f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected", language="bash"))
+    result = Executor().run_one(
+        Program(f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected", language="bash")
+    )
     assert "connected" not in result.stdout
     time.sleep(0.3)
     assert hits == []
@@ -139,7 +144,9 @@ def test_cannot_write_outside_its_directory(executors, level, tmp_path):
     os.chmod(tmp_path, 0o777)
     result = executors[level].run_one(Program(f"open({str(target)!r}, 'w').write('x')\nprint('wrote')"))
     assert not result.ok and not target.exists()
-    inside = executors[level].run_one(Program("open('notes.txt', 'w').write('x')\nprint(open('notes.txt').read())"))
+    inside = executors[level].run_one(
+        Program("open('notes.txt', 'w').write('x')\nprint(open('notes.txt').read())")
+    )
     assert inside.ok and inside.stdout.strip() == "x"  # its own directory is writable
 
 
@@ -149,8 +156,9 @@ def test_shell_cannot_write_outside_or_read_credentials(tmp_path):
     os.chmod(tmp_path, 0o777)
     secret_file = tmp_path / "token"
     secret_file.write_text("hf_secret_token")
-    result = Executor().run_one(Program(f"echo x > {target}; cat {secret_file}; cat /proc/{os.getpid()}/environ",
-                                        language="bash"))
+    result = Executor().run_one(
+        Program(f"echo x > {target}; cat {secret_file}; cat /proc/{os.getpid()}/environ", language="bash")
+    )
     assert not target.exists()
     assert "hf_secret_token" not in result.stdout and "GRPO" not in result.stdout
 
@@ -175,7 +183,9 @@ def test_huge_output_is_capped(level):
 
 @pytest.mark.parametrize("level", ISOLATION)
 def test_killing_the_parent_harms_nothing(executors, level):
-    source = f"import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.kill({os.getpid()}, signal.SIGKILL)"
+    source = (
+        f"import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.kill({os.getpid()}, signal.SIGKILL)"
+    )
     result = executors[level].run_one(Program(source))
     assert not result.ok  # and this test process is still here to check it
     assert _passed(executors[level], source + "\ndef add(a, b):\n    return a + b") == 0
@@ -205,8 +215,13 @@ def test_early_exit_and_fake_verdicts_are_not_passes(executors, level):
     fake = "print('\\n' + '0' * 32 + ' [true, true]')\ndef add(a, b):\n    return 0"
     assert _passed(ex, fake) == 0
     # an atexit hook cannot rewrite the verdict either
-    assert _passed(ex, "import atexit\natexit.register(lambda: print('x [true, true]'))\n"
-                       "def add(a, b):\n    return 0") == 0
+    assert (
+        _passed(
+            ex,
+            "import atexit\natexit.register(lambda: print('x [true, true]'))\ndef add(a, b):\n    return 0",
+        )
+        == 0
+    )
 
 
 def test_programs_run_in_parallel():
@@ -222,11 +237,15 @@ def test_language_template_plugs_in_another_interpreter():
     ex = Executor(languages={"mysh": {"command": ["/bin/sh", "{file}"], "extension": ".sh"}})
     result = ex.run_one(Program("echo hello from sh", language="mysh"))
     assert result.ok and result.stdout.strip() == "hello from sh"
-    suite = TestSuite("double", (("[ \"$(double 3)\" = 6 ]", True), ("[ \"$(double 5)\" = 10 ]", True)), language="sh")
+    suite = TestSuite(
+        "double", (('[ "$(double 3)" = 6 ]', True), ('[ "$(double 5)" = 10 ]', True)), language="sh"
+    )
     outcome = run_suites(["double() { echo $(( $1 * 2 )); }"], [suite], executor=ex)[0]
     assert (outcome.passed, outcome.total) == (2, 2)
     assert ex.run_one(Program("x", language="cobol")).error.startswith("unknown language 'cobol'")
-    missing = Executor(languages={"q": {"command": ["q-not-installed", "{file}"]}}).run_one(Program("1", language="q"))
+    missing = Executor(languages={"q": {"command": ["q-not-installed", "{file}"]}}).run_one(
+        Program("1", language="q")
+    )
     assert "not found" in missing.error
 
 
@@ -244,35 +263,47 @@ def test_bad_settings_name_the_key():
 FORGERIES = {  # ways a solution could try to make the harness report passes it did not earn
     "patch_exec": "import builtins\nbuiltins.exec = lambda *a, **k: None\ndef add(a, b):\n    return 0",
     "patch_compile": "import builtins\n_c = builtins.compile\n"
-                     "builtins.compile = lambda s, f, m, *a, **k: _c('pass', f, m)\ndef add(a, b):\n    return 0",
+    "builtins.compile = lambda s, f, m, *a, **k: _c('pass', f, m)\ndef add(a, b):\n    return 0",
     "patch_json": "import json\n_d = json.dumps\njson.dumps = lambda r, *a, **k: _d([True] * len(r))\n"
-                  "def add(a, b):\n    return 0",
+    "def add(a, b):\n    return 0",
     "read_frames": "import sys, os\nf = sys._getframe(1).f_locals\n"
-                   "os.write(f['out'], (chr(10) + f['nonce'] + ' [true, true]' + chr(10)).encode())\nos._exit(0)",
+    "os.write(f['out'], (chr(10) + f['nonce'] + ' [true, true]' + chr(10)).encode())\nos._exit(0)",
     "traceback_frames": "import os\ntry:\n    raise ValueError\nexcept ValueError as e:\n"
-                        "    f = e.__traceback__.tb_frame.f_back.f_locals\n"
-                        "os.write(f['out'], (chr(10) + f['nonce'] + ' [true, true]' + chr(10)).encode())\nos._exit(0)",
+    "    f = e.__traceback__.tb_frame.f_back.f_locals\n"
+    "os.write(f['out'], (chr(10) + f['nonce'] + ' [true, true]' + chr(10)).encode())\nos._exit(0)",
     "equals_everything": "class Any:\n    def __eq__(self, other):\n        return True\n"
-                         "def add(a, b):\n    return Any()",
-    "int_subclass": "class I(int):\n    def __eq__(self, other):\n        return True\ndef add(a, b):\n    return I(0)",
+    "def add(a, b):\n    return Any()",
+    "int_subclass": (
+        "class I(int):\n    def __eq__(self, other):\n        return True\ndef add(a, b):\n    return I(0)"
+    ),
     "patch_module": "import math\nmath.fsum = lambda xs: 3\ndef add(a, b):\n    return 0",
     "ignore_alarm": "import signal, time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
-                    "def add(a, b):\n    time.sleep(1.5)\n    return a + b",
+    "def add(a, b):\n    time.sleep(1.5)\n    return a + b",
 }
 
 
 @pytest.mark.parametrize("name", sorted(FORGERIES))
 def test_forged_verdicts_pass_nothing(executors, name):
-    suite = TestSuite("add", (("import math\nassert candidate(1, 2) == math.fsum([1, 2])", True),
-                              ("assert candidate(2, 2) == 4", True)))
+    suite = TestSuite(
+        "add",
+        (
+            ("import math\nassert candidate(1, 2) == math.fsum([1, 2])", True),
+            ("assert candidate(2, 2) == 4", True),
+        ),
+    )
     (outcome,) = run_suites([FORGERIES[name]], [suite], timeout=1.0, executor=executors["full"])
     assert outcome.passed == 0, name
 
 
 def test_the_tasks_own_helpers_cannot_be_redefined_by_the_solution():
     """HumanEval/32-style: tests call a helper from the prompt; a solution redefining it gains nothing."""
-    prompt = "def poly(xs, x):\n    return sum(c * x ** i for i, c in enumerate(xs))\n\ndef find_zero(xs):\n    '''z'''\n"
-    suite = TestSuite("find_zero", (("assert abs(poly([-2, 1], candidate([-2, 1]))) < 1e-6", True),), prompt=prompt)
+    prompt = (
+        "def poly(xs, x):\n    return sum(c * x ** i for i, c in enumerate(xs))\n\n"
+        "def find_zero(xs):\n    '''z'''\n"
+    )
+    suite = TestSuite(
+        "find_zero", (("assert abs(poly([-2, 1], candidate([-2, 1]))) < 1e-6", True),), prompt=prompt
+    )
     cheat = "def poly(xs, x):\n    return 0\n\ndef find_zero(xs):\n    return 0.0"
     honest = "def find_zero(xs):\n    return -xs[0] / xs[1]"
     outcomes = run_suites([cheat, honest], [suite, suite], timeout=1.0)
@@ -298,8 +329,12 @@ def _running(marker: str) -> bool:
 @pytest.mark.parametrize("level", ISOLATION)
 def test_processes_that_leave_the_group_are_killed_and_forks_are_capped(level):
     ex = Executor(timeout=2, isolation=level, max_processes=16)
-    result = ex.run_one(Program("setsid sleep 31.25 &\nfor i in $(seq 40); do sleep 30 & done\nwait", language="bash"))
-    assert "fork: retry" in result.stderr or "Resource temporarily unavailable" in result.stderr  # capped at 16
+    result = ex.run_one(
+        Program("setsid sleep 31.25 &\nfor i in $(seq 40); do sleep 30 & done\nwait", language="bash")
+    )
+    assert (
+        "fork: retry" in result.stderr or "Resource temporarily unavailable" in result.stderr
+    )  # capped at 16
     time.sleep(0.3)
     assert not _running("31.25")  # escaped its process group, still killed
 
@@ -307,16 +342,24 @@ def test_processes_that_leave_the_group_are_killed_and_forks_are_capped(level):
 @pytest.mark.skipif(not _has_layer("private_filesystem"), reason="no mount namespace for the sandbox here")
 def test_working_directory_has_a_disk_quota_and_tmp_is_private():
     ex = Executor(disk_mb=8)
-    result = ex.run_one(Program("for i in range(20):\n    open(f'f{i}', 'wb').write(b'x' * 1_000_000)\nprint('wrote')"))
+    result = ex.run_one(
+        Program("for i in range(20):\n    open(f'f{i}', 'wb').write(b'x' * 1_000_000)\nprint('wrote')")
+    )
     assert not result.ok and "No space left" in result.stderr
     shadow = ex.run_one(Program("print(open('/etc/shadow').read())"))
     assert not shadow.ok and "Permission denied" in shadow.stderr
 
 
 def test_shell_solutions_cannot_pass_by_exiting_early():
-    suite = TestSuite("double", (('[ "$(double 3)" = 6 ]', True), ('[ "$(double 5)" = 10 ]', True)), language="bash")
-    solutions = ["double() { echo $(( $1 * 2 )); }", "exit 0", 'trap "exit 0" EXIT\ndouble() { echo 1; }',
-                 "double() { echo 6; }"]
+    suite = TestSuite(
+        "double", (('[ "$(double 3)" = 6 ]', True), ('[ "$(double 5)" = 10 ]', True)), language="bash"
+    )
+    solutions = [
+        "double() { echo $(( $1 * 2 )); }",
+        "exit 0",
+        'trap "exit 0" EXIT\ndouble() { echo 1; }',
+        "double() { echo 6; }",
+    ]
     assert [o.passed for o in run_suites(solutions, [suite] * 4)] == [2, 0, 0, 1]
 
 

@@ -1,4 +1,5 @@
 """Scale-out: loss presets, LoRA, multi-process runs, stop-and-resume, accelerate and launcher presets."""
+
 import json
 import signal
 import subprocess
@@ -14,7 +15,9 @@ from tests.conftest import ROOT, read_jsonl, run_train
 
 CONFIG = ROOT / "config"
 TINY = ["model=tiny_random", "eval.size=4", "grpo.max_completion_length=8"]
-LOSS_PRESETS = sorted(p.stem for p in (CONFIG / "grpo").glob("*.yaml") if p.stem not in ("default", "vllm_is"))
+LOSS_PRESETS = sorted(
+    p.stem for p in (CONFIG / "grpo").glob("*.yaml") if p.stem not in ("default", "vllm_is")
+)
 
 
 def composed(*overrides):
@@ -23,8 +26,18 @@ def composed(*overrides):
 
 
 def test_every_loss_preset_is_listed():
-    assert set(LOSS_PRESETS) >= {"grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "gspo", "kl", "multi_update",
-                                 "off_policy"}
+    assert set(LOSS_PRESETS) >= {
+        "grpo",
+        "dr_grpo",
+        "dapo",
+        "bnpo",
+        "cispo",
+        "sapo",
+        "gspo",
+        "kl",
+        "multi_update",
+        "off_policy",
+    }
 
 
 @pytest.mark.parametrize("preset", LOSS_PRESETS)
@@ -54,8 +67,14 @@ def test_vllm_preset_stops_with_a_clear_message_without_a_gpu(tmp_path):
 def test_accelerate_configs_load_and_validate():
     from accelerate.commands.config.config_args import load_config_from_file
 
-    expected = {"single": "NO", "ddp": "MULTI_GPU", "cpu_ddp": "MULTI_GPU", "zero2": "DEEPSPEED",
-                "zero3": "DEEPSPEED", "fsdp": "FSDP"}
+    expected = {
+        "single": "NO",
+        "ddp": "MULTI_GPU",
+        "cpu_ddp": "MULTI_GPU",
+        "zero2": "DEEPSPEED",
+        "zero3": "DEEPSPEED",
+        "fsdp": "FSDP",
+    }
     for name, kind in expected.items():
         cfg = load_config_from_file(str(CONFIG / "accelerate" / f"{name}.yaml"))
         assert cfg.distributed_type.value == kind, name
@@ -69,8 +88,11 @@ def test_slurm_preset_composes_and_its_launcher_loads():
     from hydra.utils import instantiate
 
     with initialize_config_dir(version_base="1.3", config_dir=str(CONFIG)):
-        cfg = compose("train", overrides=["hydra/launcher=slurm", "hydra.launcher.partition=gpu"],
-                      return_hydra_config=True)
+        cfg = compose(
+            "train",
+            overrides=["hydra/launcher=slurm", "hydra.launcher.partition=gpu"],
+            return_hydra_config=True,
+        )
     launcher = cfg.hydra.launcher
     assert launcher._target_.endswith("SlurmLauncher")
     assert launcher.partition == "gpu" and launcher.gpus_per_node == 1 and launcher.max_num_timeout == 3
@@ -79,8 +101,16 @@ def test_slurm_preset_composes_and_its_launcher_loads():
 
 @pytest.mark.slow
 def test_local_launcher_runs_each_job_in_its_own_process(tmp_path):
-    proc = run_train("-m", "hydra/launcher=local", "hydra.launcher.gpus_per_node=0", *TINY, "max_steps=1",
-                     f"output_root={tmp_path}", "run_name=loc", "seed=1,2")
+    proc = run_train(
+        "-m",
+        "hydra/launcher=local",
+        "hydra.launcher.gpus_per_node=0",
+        *TINY,
+        "max_steps=1",
+        f"output_root={tmp_path}",
+        "run_name=loc",
+        "seed=1,2",
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     sweep = tmp_path / "loc-sweep"
     for job in ("0", "1"):
@@ -93,10 +123,21 @@ def test_local_launcher_runs_each_job_in_its_own_process(tmp_path):
 
 @pytest.mark.slow
 def test_two_process_cpu_run_writes_outputs_once(tmp_path):
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-           str(CONFIG / "accelerate" / "cpu_ddp.yaml"), str(ROOT / "train_grpo.py"), *TINY, "eval.size=5",
-           "max_steps=2", "eval.every_n_steps=1", "grpo.per_device_train_batch_size=8", f"output_root={tmp_path}",
-           "run_name=ddp"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(CONFIG / "accelerate" / "cpu_ddp.yaml"),
+        str(ROOT / "train_grpo.py"),
+        *TINY,
+        "eval.size=5",
+        "max_steps=2",
+        "eval.every_n_steps=1",
+        "grpo.per_device_train_batch_size=8",
+        f"output_root={tmp_path}",
+        "run_name=ddp",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp_path / "ddp"
@@ -113,13 +154,24 @@ def test_two_process_cpu_run_writes_outputs_once(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_stop_on_signal_then_resume(signum, tmp_path):
-    args = [sys.executable, str(ROOT / "train_grpo.py"), *TINY, "max_steps=300", "grpo.save_steps=50",
-            "eval.every_n_steps=100", f"output_root={tmp_path}", "run_name=r"]
+    args = [
+        sys.executable,
+        str(ROOT / "train_grpo.py"),
+        *TINY,
+        "max_steps=300",
+        "grpo.save_steps=50",
+        "eval.every_n_steps=100",
+        f"output_root={tmp_path}",
+        "run_name=r",
+    ]
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     metrics = tmp_path / "r" / "metrics.jsonl"
     deadline = time.time() + 120
     while time.time() < deadline:  # wait until training is under way
-        if metrics.exists() and sum(1 for line in metrics.read_text().splitlines() if '"train/reward"' in line) >= 20:
+        if (
+            metrics.exists()
+            and sum(1 for line in metrics.read_text().splitlines() if '"train/reward"' in line) >= 20
+        ):
             break
         time.sleep(0.05)
     proc.send_signal(signum)
@@ -154,17 +206,31 @@ def test_lora_run_on_the_embedded_model_trains_and_saves_only_the_adapter(tmp_pa
     from safetensors.torch import load_file
 
     # a length reward always differs within a group, so every step has a gradient
-    proc = run_train("model.lora.enabled=true", "model.lora.merge_on_save=true", "max_steps=2", "eval.size=4",
-                     "grpo.max_completion_length=12", "learning_rate=1e-3", "grpo.warmup_steps=0",
-                     "dataset.train_size=64", "dataset.rewards.len.fn=tests.test_rewards.length_reward",
-                     f"output_root={tmp_path}", "run_name=lora")
+    proc = run_train(
+        "model.lora.enabled=true",
+        "model.lora.merge_on_save=true",
+        "max_steps=2",
+        "eval.size=4",
+        "grpo.max_completion_length=12",
+        "learning_rate=1e-3",
+        "grpo.warmup_steps=0",
+        "dataset.train_size=64",
+        "dataset.rewards.len.fn=tests.test_rewards.length_reward",
+        f"output_root={tmp_path}",
+        "run_name=lora",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp_path / "lora"
     log = (run / "train.log").read_text()
-    assert "LoRA r=16 alpha=32 on ['down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj']" in log
+    assert (
+        "LoRA r=16 alpha=32 on ['down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj']"
+        in log
+    )
     trained = float(log.split("Training ")[1].split(" M of")[0])
     assert 0 < trained < 0.05 * 134.5  # only the adapter: a few percent of the 134.5 M parameters
-    assert (run / "final/adapter_model.safetensors").is_file() and (run / "final/adapter_config.json").is_file()
+    assert (run / "final/adapter_model.safetensors").is_file() and (
+        run / "final/adapter_config.json"
+    ).is_file()
     assert not (run / "final/model.safetensors").exists()
     adapter = load_file(run / "final/adapter_model.safetensors")
     lora_b = [t for k, t in adapter.items() if "lora_B" in k]

@@ -1,4 +1,5 @@
 """Shaping rewards (rewards/shaping.py): exact values on hand-built batches, and their YAML options."""
+
 import json
 
 import pytest
@@ -12,7 +13,9 @@ META = json.dumps({"source_dataset": "sum_digits"})
 
 
 def build(spec, prompt_format="answer_tag", max_completion_length=None):
-    ctx = RewardContext(scorer=TS.score, prompt_format=prompt_format, max_completion_length=max_completion_length)
+    ctx = RewardContext(
+        scorer=TS.score, prompt_format=prompt_format, max_completion_length=max_completion_length
+    )
     return build_rewards(spec, ctx)
 
 
@@ -25,8 +28,13 @@ def call(fn, texts, ids=None, answers=None, questions=None, chat=True):
     """The way GRPOTrainer calls a reward: chat completions are lists of messages."""
     n = len(texts)
     completions = [[{"role": "assistant", "content": t}] for t in texts] if chat else list(texts)
-    kwargs = {"answer": answers or ["28"] * n, "metadata": [META] * n, "question": questions or ["q"] * n,
-              "task": ["sum_digits"] * n, "trainer_state": None}
+    kwargs = {
+        "answer": answers or ["28"] * n,
+        "metadata": [META] * n,
+        "question": questions or ["q"] * n,
+        "task": ["sum_digits"] * n,
+        "trainer_state": None,
+    }
     return fn(prompts=[[]] * n, completions=completions, completion_ids=ids, **kwargs)
 
 
@@ -36,15 +44,19 @@ def test_new_rewards_are_registered():
 
 # --- tag_count ---
 
-@pytest.mark.parametrize("text,expected", [
-    ("<think>a</think><answer>4</answer>", 1.0),
-    ("<think>\na\n</think>\n<answer>\n4\n</answer>", 1.0),
-    ("<think>a</think>", 0.5),
-    ("<think><think>a</think><answer>4</answer>", 0.75),   # <think> twice: no credit for it
-    ("<answer>4</answer><answer>5</answer>", 0.0),
-    ("<THINK>a</THINK>", 0.0),                              # tags are case-sensitive, as in the format check
-    ("", 0.0),
-])
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("<think>a</think><answer>4</answer>", 1.0),
+        ("<think>\na\n</think>\n<answer>\n4\n</answer>", 1.0),
+        ("<think>a</think>", 0.5),
+        ("<think><think>a</think><answer>4</answer>", 0.75),  # <think> twice: no credit for it
+        ("<answer>4</answer><answer>5</answer>", 0.0),
+        ("<THINK>a</THINK>", 0.0),  # tags are case-sensitive, as in the format check
+        ("", 0.0),
+    ],
+)
 def test_tag_count_think(text, expected):
     assert call(one({"tag_count": {}}, prompt_format="think"), [text]) == [expected]
 
@@ -61,6 +73,7 @@ def test_tag_count_plain_string_completions():
 
 
 # --- soft_overlong ---
+
 
 def test_soft_overlong_from_completion_ids():
     # L_max = 10, L_cache = 4: free up to 6 tokens, then -0.25 per token, -1 beyond 10.
@@ -93,6 +106,7 @@ def test_soft_overlong_zero_cache_is_a_hard_limit():
 
 # --- length_scaled ---
 
+
 def test_length_scaled_over_the_batch():
     # lengths 10..50: lambda = 0.5 - (len - 10) / 40 = 0.5, 0.25, 0.0, -0.5
     fn = one({"length_scaled": {}})
@@ -124,14 +138,18 @@ def test_length_scaled_without_ids_uses_characters():
 
 # --- repetition ---
 
-@pytest.mark.parametrize("text,expected", [
-    ("a b c a b c", -0.25),           # 4 trigrams, 3 distinct
-    ("A b C a B c", -0.25),           # lowercased first
-    ("x x x x x", -2 / 3),            # 3 trigrams, 1 distinct
-    ("one two three four", 0.0),      # no repeats
-    ("a b", 0.0),                     # shorter than n
-    ("", 0.0),
-])
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("a b c a b c", -0.25),  # 4 trigrams, 3 distinct
+        ("A b C a B c", -0.25),  # lowercased first
+        ("x x x x x", -2 / 3),  # 3 trigrams, 1 distinct
+        ("one two three four", 0.0),  # no repeats
+        ("a b", 0.0),  # shorter than n
+        ("", 0.0),
+    ],
+)
 def test_repetition_default_trigrams(text, expected):
     assert call(one({"repetition": {}}), [text]) == [pytest.approx(expected)]
 
@@ -142,6 +160,7 @@ def test_repetition_options():
 
 
 # --- YAML ---
+
 
 def test_build_from_yaml_with_weights():
     spec = {
@@ -156,7 +175,10 @@ def test_build_from_yaml_with_weights():
     texts = ["<think>a</think><answer>28</answer>", "a b a b"]
     ids = [[1] * 8, [1] * 4]
     assert [call(f, texts, ids=ids) for f in funcs] == [
-        [1.0, 0.0], [-0.5, 0.0], [-0.5, 0.0], [0.0, pytest.approx(-1 / 6)],
+        [1.0, 0.0],
+        [-0.5, 0.0],
+        [-0.5, 0.0],
+        [0.0, pytest.approx(-1 / 6)],
     ]
 
 
@@ -167,24 +189,42 @@ def test_old_positional_reward_context_still_works():
     assert call(fn, ["a"], ids=[[1] * 9]) == [-1.0]
 
 
-@pytest.mark.parametrize("spec,message", [
-    ({"repetition": {"max_penalty": 0.5}}, r"dataset\.rewards\.repetition\.max_penalty must be <= 0"),
-    ({"rep": {"fn": "repetition", "max_penalty": 1}}, r"dataset\.rewards\.rep\.max_penalty must be <= 0"),
-    ({"repetition": {"max_penalty": float("nan")}}, r"repetition\.max_penalty must be a finite number"),
-    ({"repetition": {"max_penalty": "-1"}}, r"repetition\.max_penalty must be a finite number"),
-    ({"repetition": {"ngram_size": 0}}, r"dataset\.rewards\.repetition\.ngram_size must be a positive integer"),
-    ({"repetition": {"ngram_size": 2.5}}, r"repetition\.ngram_size must be a positive integer"),
-    ({"repetition": {"ngram_size": True}}, r"repetition\.ngram_size must be a positive integer"),
-    ({"repetition": {"n": 3}}, r"dataset\.rewards\.repetition: unknown option 'n'.*ngram_size, max_penalty"),
-    ({"soft_overlong": {}}, r"dataset\.rewards\.soft_overlong\.max_length: not set"),
-    ({"overlong": {"fn": "soft_overlong"}}, r"dataset\.rewards\.overlong\.max_length: not set"),
-    ({"soft_overlong": {"max_length": 0}}, r"soft_overlong\.max_length must be a positive integer"),
-    ({"soft_overlong": {"max_length": "long"}}, r"soft_overlong\.max_length must be a positive integer"),
-    ({"soft_overlong": {"max_length": 10, "cache": 11}}, r"soft_overlong\.cache must be an integer between 0"),
-    ({"soft_overlong": {"max_length": 10, "cache": -1}}, r"soft_overlong\.cache must be an integer between 0"),
-    ({"length_scaled": {"scope": "prompt"}}, r"dataset\.rewards\.length_scaled\.scope='prompt'; accepted: batch, group"),
-    ({"tag_count": {"mode": "strict"}}, r"dataset\.rewards\.tag_count: unknown option 'mode'"),
-])
+@pytest.mark.parametrize(
+    "spec,message",
+    [
+        ({"repetition": {"max_penalty": 0.5}}, r"dataset\.rewards\.repetition\.max_penalty must be <= 0"),
+        ({"rep": {"fn": "repetition", "max_penalty": 1}}, r"dataset\.rewards\.rep\.max_penalty must be <= 0"),
+        ({"repetition": {"max_penalty": float("nan")}}, r"repetition\.max_penalty must be a finite number"),
+        ({"repetition": {"max_penalty": "-1"}}, r"repetition\.max_penalty must be a finite number"),
+        (
+            {"repetition": {"ngram_size": 0}},
+            r"dataset\.rewards\.repetition\.ngram_size must be a positive integer",
+        ),
+        ({"repetition": {"ngram_size": 2.5}}, r"repetition\.ngram_size must be a positive integer"),
+        ({"repetition": {"ngram_size": True}}, r"repetition\.ngram_size must be a positive integer"),
+        (
+            {"repetition": {"n": 3}},
+            r"dataset\.rewards\.repetition: unknown option 'n'.*ngram_size, max_penalty",
+        ),
+        ({"soft_overlong": {}}, r"dataset\.rewards\.soft_overlong\.max_length: not set"),
+        ({"overlong": {"fn": "soft_overlong"}}, r"dataset\.rewards\.overlong\.max_length: not set"),
+        ({"soft_overlong": {"max_length": 0}}, r"soft_overlong\.max_length must be a positive integer"),
+        ({"soft_overlong": {"max_length": "long"}}, r"soft_overlong\.max_length must be a positive integer"),
+        (
+            {"soft_overlong": {"max_length": 10, "cache": 11}},
+            r"soft_overlong\.cache must be an integer between 0",
+        ),
+        (
+            {"soft_overlong": {"max_length": 10, "cache": -1}},
+            r"soft_overlong\.cache must be an integer between 0",
+        ),
+        (
+            {"length_scaled": {"scope": "prompt"}},
+            r"dataset\.rewards\.length_scaled\.scope='prompt'; accepted: batch, group",
+        ),
+        ({"tag_count": {"mode": "strict"}}, r"dataset\.rewards\.tag_count: unknown option 'mode'"),
+    ],
+)
 def test_bad_options_name_the_key(spec, message):
     with pytest.raises(ConfigError, match=message):
         build(spec)

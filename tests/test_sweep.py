@@ -9,7 +9,9 @@ def fake_job(root, name, overrides, accs, finished=True):
     (job / "config.yaml").write_text("seed: 0\n")
     (job / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
     for step, acc in accs.items():
-        (job / "eval_results" / f"eval_step_{step}.json").write_text(json.dumps({"step": step, "metrics": {"accuracy": acc}}))
+        (job / "eval_results" / f"eval_step_{step}.json").write_text(
+            json.dumps({"step": step, "metrics": {"accuracy": acc}})
+        )
     if finished:
         (job / "train_results.json").write_text("{}")
 

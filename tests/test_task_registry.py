@@ -15,6 +15,7 @@ Tasks in `KNOWN_UNSCORABLE` (no reference answer to score) are strict xfails, so
 stale. Generation is fast for every task (slowest, knight_swap and arc_agi: under 1 s for 3 entries),
 so all use the same size; `qa_file` reads a small file written here, its only required config.
 """
+
 from __future__ import annotations
 
 import functools
@@ -30,16 +31,28 @@ from tasks.registry import KNOWN_UNSCORABLE, TaskSet, available_tasks
 SIZE = 3
 SEED = 20240607
 FORMATS = ("answer_tag", "think")
-QA_ROWS = [{"question": "What is 1,000 + 234?", "answer": "1,234"},
-           {"question": "Name the capital of France.", "answer": "Paris"},
-           {"question": "Compute 0.5 + 0.25.", "answer": "0.75"},
-           {"question": "List the primes below 8.", "answer": "2, 3, 5, 7"}]
+QA_ROWS = [
+    {"question": "What is 1,000 + 234?", "answer": "1,234"},
+    {"question": "Name the capital of France.", "answer": "Paris"},
+    {"question": "Compute 0.5 + 0.25.", "answer": "0.75"},
+    {"question": "List the primes below 8.", "answer": "2, 3, 5, 7"},
+]
 
 
-CODE_ROWS = [{"question": "Write `double(x)`.", "entry_point": "double", "solution": "def double(x):\n    return 2 * x",
-              "tests": ["assert candidate(2) == 4", "assert double(-1) == -2"]},
-             {"question": "Write `first(xs)`.", "entry_point": "first", "solution": "def first(xs):\n    return xs[0]",
-              "tests": ["assert candidate([3, 4]) == 3"]}]
+CODE_ROWS = [
+    {
+        "question": "Write `double(x)`.",
+        "entry_point": "double",
+        "solution": "def double(x):\n    return 2 * x",
+        "tests": ["assert candidate(2) == 4", "assert double(-1) == -2"],
+    },
+    {
+        "question": "Write `first(xs)`.",
+        "entry_point": "first",
+        "solution": "def first(xs):\n    return xs[0]",
+        "tests": ["assert candidate([3, 4]) == 3"],
+    },
+]
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +65,10 @@ def qa_path(tmp_path_factory):
 
 
 def _config(name: str, qa_path: str) -> dict:
-    files = {"qa_file": {"path": f"{qa_path}/qa.jsonl"},
-             "code_file": {"path": f"{qa_path}/code.jsonl", "solution_column": "solution"}}
+    files = {
+        "qa_file": {"path": f"{qa_path}/qa.jsonl"},
+        "code_file": {"path": f"{qa_path}/code.jsonl", "solution_column": "solution"},
+    }
     return files.get(name, {})
 
 
@@ -101,8 +116,10 @@ def test_reference_answer_scores_through_our_path(name, prompt_format, qa_path):
         scored = {"question": row["question"], "answer": row["answer"], "metadata": row["metadata"]}
         score = taskset.score(extracted.answer, scored)
         if score < 1.0:
-            failures.append(f"reference {row['answer']!r} -> extracted {extracted.answer!r} ({extracted.rule}) "
-                            f"-> score {score}")
+            failures.append(
+                f"reference {row['answer']!r} -> extracted {extracted.answer!r} ({extracted.rule}) "
+                f"-> score {score}"
+            )
     assert not failures, f"{name} [{prompt_format}]:\n" + "\n".join(failures)
 
 

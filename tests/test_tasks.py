@@ -57,7 +57,9 @@ def test_unknown_task_names_close_matches():
 
 
 def test_unknown_task_config_key_lists_accepted_keys():
-    with pytest.raises(ConfigError, match=r"syllogism.config: unknown key 'num_premises'.*Accepted keys: .*allow_all"):
+    with pytest.raises(
+        ConfigError, match=r"syllogism.config: unknown key 'num_premises'.*Accepted keys: .*allow_all"
+    ):
         validate_tasks({"syllogism": {"config": {"num_premises": 2}}})
 
 

@@ -1,4 +1,5 @@
 """Chat-template override and the response prefix a template pre-fills (`<think>`)."""
+
 import copy
 
 import pytest

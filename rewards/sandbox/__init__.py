@@ -3,6 +3,7 @@
 One process-wide executor is shared by the code tasks' verifiers and the code reward, so the
 `sandbox` config group sets its limits once (`configure`).
 """
+
 from __future__ import annotations
 
 from rewards.sandbox.executor import DEFAULT_LANGUAGES, Executor, Program, Result

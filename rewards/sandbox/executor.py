@@ -9,6 +9,7 @@ stdout and stderr go to files outside its directory and are read back capped.
 The interpreter comes from a per-language command template, so any language can be plugged in by
 config, e.g. `{"node": {"command": ["node", "{file}"], "extension": ".js"}}`.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,16 +29,28 @@ from rewards.sandbox.guard import GUARD
 
 LAUNCHER = Path(__file__).with_name("launcher.py")
 # What of /etc an interpreter needs (not all of it: /etc/shadow and friends stay unreadable).
-ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/passwd",
-             "/etc/group", "/etc/nsswitch.conf", "/etc/alternatives", "/etc/mime.types")
+ETC_FILES = (
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/localtime",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/nsswitch.conf",
+    "/etc/alternatives",
+    "/etc/mime.types",
+)
 
 # {file} is the program's path, {python} this interpreter. `preamble` is prepended to the source;
 # `epilogue` (non-Python code tests) echoes stdin's first line after a test, proving the test ran.
 _SH_ECHO = '[ $? -eq 0 ] && { read -r __sandbox_nonce; printf "\\n%s\\n" "$__sandbox_nonce"; }'
 DEFAULT_LANGUAGES: dict[str, dict] = {
     "python": {"command": ["{python}", "-I", "-B", "{file}"], "extension": ".py", "preamble": GUARD},
-    "node": {"command": ["node", "{file}"], "extension": ".js",
-             "epilogue": 'process.stdout.write("\\n" + require("fs").readFileSync(0, "utf8"));'},
+    "node": {
+        "command": ["node", "{file}"],
+        "extension": ".js",
+        "epilogue": 'process.stdout.write("\\n" + require("fs").readFileSync(0, "utf8"));',
+    },
     "bash": {"command": ["/bin/bash", "{file}"], "extension": ".sh", "epilogue": _SH_ECHO},
     "sh": {"command": ["/bin/sh", "{file}"], "extension": ".sh", "epilogue": _SH_ECHO},
 }
@@ -158,7 +171,9 @@ class Executor:
                 raise ValueError(f"sandbox.{key} must be a positive number, got {getattr(self, key)!r}")
         for name, spec in self.languages.items():
             if not isinstance(spec, Mapping) or "command" not in spec:
-                raise ValueError(f"sandbox.languages.{name} needs a 'command' template, e.g. [node, '{{file}}']")
+                raise ValueError(
+                    f"sandbox.languages.{name} needs a 'command' template, e.g. [node, '{{file}}']"
+                )
         self.languages = {**DEFAULT_LANGUAGES, **{k: dict(v) for k, v in self.languages.items()}}
         self.workers = self.workers or max(1, len(os.sched_getaffinity(0)))
         self._root = Path(tempfile.gettempdir()) / "grpo-sandbox"  # made (again, if cleaned) per run
@@ -183,10 +198,25 @@ class Executor:
         return command
 
     def _read_paths(self, command: list[str]) -> list[str]:
-        paths = {"/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/opt", "/dev/urandom", "/dev/zero", "/dev/random",
-                 *ETC_FILES,
-                 sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(command[0]),
-                 os.path.dirname(os.path.realpath(command[0])), *self.read_paths}
+        paths = {
+            "/usr",
+            "/lib",
+            "/lib64",
+            "/lib32",
+            "/bin",
+            "/sbin",
+            "/opt",
+            "/dev/urandom",
+            "/dev/zero",
+            "/dev/random",
+            *ETC_FILES,
+            sys.prefix,
+            sys.base_prefix,
+            sys.exec_prefix,
+            os.path.dirname(command[0]),
+            os.path.dirname(os.path.realpath(command[0])),
+            *self.read_paths,
+        }
         return sorted(p for p in paths if p and os.path.exists(p))
 
     def layers(self) -> dict:
@@ -200,12 +230,20 @@ class Executor:
     def run_one(self, program: Program, report_layers: bool = False) -> Result:
         start = time.monotonic()
         if program.language not in self.languages:
-            return Result(None, "", "", False, 0.0,
-                          error=f"unknown language '{program.language}'; configured: {', '.join(self.languages)}")
+            return Result(
+                None,
+                "",
+                "",
+                False,
+                0.0,
+                error=f"unknown language '{program.language}'; configured: {', '.join(self.languages)}",
+            )
         try:
             return self._run(program, report_layers, start)
         except OSError as err:  # no disk, no pids, a cleaned /tmp: this program fails, the run goes on
-            return Result(None, "", "", False, time.monotonic() - start, error=f"sandbox could not run it: {err}")
+            return Result(
+                None, "", "", False, time.monotonic() - start, error=f"sandbox could not run it: {err}"
+            )
 
     def _run(self, program: Program, report_layers: bool, start: float) -> Result:
         spec = self.languages[program.language]
@@ -233,19 +271,42 @@ class Executor:
             # RLIMIT_NPROC counts the uid's existing tasks too; root is exempt (the pids cgroup caps it)
             processes = None if os.geteuid() == 0 else _user_tasks() + self.max_processes
             limits = {
-                "isolation": self.isolation, "workdir": str(workdir), "box": str(box),
-                "cgroup": str(cgroup) if cgroup else None, "disk_mb": self.disk_mb,
+                "isolation": self.isolation,
+                "workdir": str(workdir),
+                "box": str(box),
+                "cgroup": str(cgroup) if cgroup else None,
+                "disk_mb": self.disk_mb,
                 "read_paths": [*self._read_paths(command), str(src)],
-                "cpu_s": int(timeout) + 1, "memory_bytes": self.memory_mb * 1024 * 1024,
-                "file_bytes": max_output, "report_layers": report_layers, "processes": processes, "open_files": 256,
-                "env": {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(workdir), "TMPDIR": str(workdir),
-                        "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0",
-                        "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
+                "cpu_s": int(timeout) + 1,
+                "memory_bytes": self.memory_mb * 1024 * 1024,
+                "file_bytes": max_output,
+                "report_layers": report_layers,
+                "processes": processes,
+                "open_files": 256,
+                "env": {
+                    "PATH": "/usr/local/bin:/usr/bin:/bin",
+                    "HOME": str(workdir),
+                    "TMPDIR": str(workdir),
+                    "LANG": "C.UTF-8",
+                    "PYTHONDONTWRITEBYTECODE": "1",
+                    "PYTHONHASHSEED": "0",
+                    "OMP_NUM_THREADS": "1",
+                    "OPENBLAS_NUM_THREADS": "1",
+                    "MKL_NUM_THREADS": "1",
+                },
             }
             launch = [sys.executable, "-I", "-S", str(LAUNCHER), json.dumps(limits), "--", *command]
             with open(logs / "stdout", "wb") as out, open(logs / "stderr", "wb") as err:
-                proc = subprocess.Popen(launch, stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=workdir,
-                                        env={}, start_new_session=True, close_fds=True)
+                proc = subprocess.Popen(
+                    launch,
+                    stdin=subprocess.PIPE,
+                    stdout=out,
+                    stderr=err,
+                    cwd=workdir,
+                    env={},
+                    start_new_session=True,
+                    close_fds=True,
+                )
                 timed_out = False
                 try:
                     proc.communicate(program.stdin.encode("utf-8", "replace"), timeout=timeout)
@@ -257,8 +318,14 @@ class Executor:
                         _kill_cgroup(cgroup)
             stdout, trunc_out = _read_capped(logs / "stdout", max_output)
             stderr, trunc_err = _read_capped(logs / "stderr", 64 * 1024)
-            return Result(None if timed_out else proc.returncode, stdout, stderr, timed_out,
-                          time.monotonic() - start, trunc_out or trunc_err)
+            return Result(
+                None if timed_out else proc.returncode,
+                stdout,
+                stderr,
+                timed_out,
+                time.monotonic() - start,
+                trunc_out or trunc_err,
+            )
         finally:
             if cgroup is not None and cgroup.exists():
                 _kill_cgroup(cgroup)

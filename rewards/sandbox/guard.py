@@ -7,7 +7,7 @@ not the wall: a determined program can still find ways around an in-process guar
 the launcher's OS limits come first wherever the kernel offers them.
 """
 
-GUARD = r'''
+GUARD = r"""
 def _sandbox_guard():
     import os, sys
     root = os.path.realpath(os.getcwd())
@@ -57,4 +57,4 @@ def _sandbox_guard():
 
 _sandbox_guard()
 del _sandbox_guard
-'''
+"""

@@ -18,6 +18,7 @@ mechanism, so a machine without one layer still gets the others):
 The launcher stays outside the PID namespace as the program's parent, so a program that kills its
 parent kills only the launcher; the executor then kills the whole process group.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -29,7 +30,13 @@ import signal
 import struct
 import sys
 
-CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x08000000, 0x10000000, 0x20000000, 0x40000000
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = (
+    0x00020000,
+    0x08000000,
+    0x10000000,
+    0x20000000,
+    0x40000000,
+)
 MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 4096, 16384, 1 << 18
 PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_SECUREBITS, PR_SET_NO_NEW_PRIVS = 1, 24, 28, 38
 SECUREBITS_NO_ROOT = 0xEF  # noroot, no_setuid_fixup, keep_caps_locked, no_cap_ambient_raise, all locked
@@ -38,7 +45,7 @@ LANDLOCK_RULE_PATH_BENEATH = 1
 
 # Landlock filesystem rights (and the ABI that introduced them).
 FS_EXECUTE, FS_WRITE_FILE, FS_READ_FILE, FS_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
-FS_ABI1 = (1 << 13) - 1                 # execute .. make_sym
+FS_ABI1 = (1 << 13) - 1  # execute .. make_sym
 FS_REFER, FS_TRUNCATE, FS_IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15
 FILE_RIGHTS = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE | FS_IOCTL_DEV
 READ_RIGHTS = FS_EXECUTE | FS_READ_FILE | FS_READ_DIR
@@ -76,7 +83,7 @@ def enter_namespaces() -> list[str]:
 
 
 def _mount(source, target: str, fstype, flags: int, data) -> bool:
-    enc = (lambda v: v.encode() if isinstance(v, str) else v)
+    enc = lambda v: v.encode() if isinstance(v, str) else v
     return libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)) == 0
 
 
@@ -90,8 +97,11 @@ def private_filesystem(limits: dict) -> bool:
     box, workdir = limits["box"], limits["workdir"]
     if not _mount(None, "/", None, MS_REC | MS_PRIVATE, None):
         return False
-    under = [p for p in sorted({box, *limits.get("read_paths", [])}, key=len)
-             if any(p == h or p.startswith(h + "/") for h in HIDDEN) and os.path.isdir(p)]
+    under = [
+        p
+        for p in sorted({box, *limits.get("read_paths", [])}, key=len)
+        if any(p == h or p.startswith(h + "/") for h in HIDDEN) and os.path.isdir(p)
+    ]
     keep = []
     for path in under:  # a path inside one already kept comes back with it
         if not any(path.startswith(k + "/") for k, _ in keep):
@@ -133,7 +143,12 @@ def landlock(workdir: str, read_paths: list[str]) -> int:
     abi = syscall(SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
     if abi < 1:
         return 0
-    fs = FS_ABI1 | (FS_REFER if abi >= 2 else 0) | (FS_TRUNCATE if abi >= 3 else 0) | (FS_IOCTL_DEV if abi >= 5 else 0)
+    fs = (
+        FS_ABI1
+        | (FS_REFER if abi >= 2 else 0)
+        | (FS_TRUNCATE if abi >= 3 else 0)
+        | (FS_IOCTL_DEV if abi >= 5 else 0)
+    )
     net = (NET_BIND_TCP | NET_CONNECT_TCP) if abi >= 4 else 0
     scoped = (SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL) if abi >= 6 else 0
     attr = ctypes.create_string_buffer(struct.pack("QQQ", fs, net, scoped))
@@ -151,8 +166,13 @@ def landlock(workdir: str, read_paths: list[str]) -> int:
             if not os.path.isdir(path):
                 rights &= FILE_RIGHTS
             rule = ctypes.create_string_buffer(struct.pack("=Qi", rights & fs, fd))
-            syscall(SYS_LANDLOCK_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(LANDLOCK_RULE_PATH_BENEATH), rule,
-                    ctypes.c_uint32(0))
+            syscall(
+                SYS_LANDLOCK_ADD_RULE,
+                ctypes.c_int(ruleset),
+                ctypes.c_int(LANDLOCK_RULE_PATH_BENEATH),
+                rule,
+                ctypes.c_uint32(0),
+            )
         finally:
             os.close(fd)
 
@@ -186,7 +206,7 @@ def drop_capabilities() -> None:
 
 def main(argv: list[str]) -> int:
     limits = json.loads(argv[1])
-    command = argv[argv.index("--") + 1:]
+    command = argv[argv.index("--") + 1 :]
     full = limits.get("isolation", "full") == "full"
     layers = {"namespaces": enter_namespaces() if full else []}
     pid = os.fork()  # in a new PID namespace the child is its pid 1
