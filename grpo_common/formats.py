@@ -93,7 +93,8 @@ class Plain(AnswerFormat):
 
 _TAG_SOFT = re.compile(r"\[ANSWER\][:\s]*\S", re.IGNORECASE)
 # Every pattern here runs in linear time: nested lazy/greedy quantifiers that can retry the same text
-# (`.*?\S.*?`, `[^\n]*\s*`) made a 2,500-character completion take 19 s, and 20,000 characters hours.
+# (`.*?\S.*?`, `[^\n]*\s*`) made a completion of a few thousand characters take seconds, and longer
+# ones hours.
 # The answer on the tag's line, or (multi-line answers: grids, boards) the block below a bare tag line.
 _TAG_STRICT = re.compile(
     r"(?:\A|\n)[ \t]*\[ANSWER\][: \t]*(?:\S[^\n]*(?:\n\s*)?|\r?\n\s*\S.*)\Z", re.IGNORECASE | re.DOTALL

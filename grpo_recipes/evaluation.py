@@ -314,19 +314,19 @@ class FixedEvalCallback(TrainerCallback):
             if step <= state.global_step:
                 self.history[step] = json.loads(path.read_text())["metrics"]
         if state.global_step == 0 and 0 not in self.history:
-            self.evaluate(model, state)
+            self.evaluate(model, state, args)
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         # The last step is evaluated here, before the trackers' own on_train_end closes them.
         last = state.max_steps and state.global_step >= state.max_steps
         if (self.every and state.global_step % self.every == 0) or last:
-            self.evaluate(model, state)
+            self.evaluate(model, state, args)
 
     def on_train_end(self, args, state, control, model=None, **kwargs):
         if state.global_step not in self.history and not self.skip_final_eval():  # stopped early
-            self.evaluate(model, state)
+            self.evaluate(model, state, args)
 
-    def evaluate(self, model, state) -> dict[str, float]:
+    def evaluate(self, model, state, args) -> dict[str, float]:
         from trl.models import unwrap_model_for_generation
 
         # Under DeepSpeed the engine gathers ZeRO-3 shards for generation; elsewhere the model itself.
@@ -335,7 +335,15 @@ class FixedEvalCallback(TrainerCallback):
         was_training = model.training
         model.eval()
         try:
-            with unwrap_model_for_generation(wrapped, self.accelerator) as unwrapped:
+            with (
+                # as GRPOTrainer generates: the user's ZeRO-3 and checkpointing settings
+                unwrap_model_for_generation(
+                    wrapped,
+                    self.accelerator,
+                    gather_deepspeed3_params=args.ds3_gather_for_generation,
+                    gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs,
+                ) as unwrapped
+            ):
                 metrics, _ = self.evaluator.run(unwrapped, self.accelerator, state.global_step, self.dir)
         finally:
             model.train(was_training)

@@ -1,7 +1,7 @@
 """A warning when training has no signal: GRPO learns only from prompt groups whose rewards differ.
 
 A group in which every completion gets the same reward has zero advantage and contributes no
-gradient. After `grpo.no_signal_warning` consecutive steps in which every group was like that
+gradient. After `grpo.no_signal_warning` consecutive logged steps in which every group was like that
 (TRL's `frac_reward_zero_std` = 1), the log says so once and names the likely cause, read from the
 same step's metrics: every completion wrong (too hard), every one right (too easy), completions cut
 off at `max_completion_length`, or a reward that cannot vary.
@@ -27,12 +27,10 @@ def likely_cause(logs: dict[str, float], max_completion_length: int | None) -> s
     if accuracies and max(accuracies) == 0.0:
         return (
             "no completion was correct: the task is too hard for the model as it is (an easier task config, "
-            "dataset.curriculum, or grpo.dynamic_sampling)"
+            "or a larger grpo.num_generations for more chances of a correct one)"
         )
     if accuracies and min(accuracies) == 1.0:
-        return (
-            "every completion was correct: the task is too easy (a harder task config, or dataset.curriculum)"
-        )
+        return "every completion was correct: the task is too easy (a harder task config)"
     return "the rewards cannot vary for these completions: check each reward's options and weight"
 
 

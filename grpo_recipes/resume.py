@@ -114,11 +114,14 @@ def plan_run(run_dir: Path, resume: bool | str, eval_only: bool = False, main: b
 
 
 def last_checkpoint_step(run_dir: Path) -> int | None:
-    """The step of the newest checkpoint-<N> directory (transformers' naming), without importing it."""
+    """The step of the newest checkpoint-<N> directory, named as transformers' get_last_checkpoint reads
+    them, without importing transformers."""
+    import re
+
     steps = [
-        int(p.name.split("-")[1])
+        int(m.group(1))
         for p in run_dir.glob("checkpoint-*")
-        if p.is_dir() and p.name.split("-")[1].isdigit()
+        if p.is_dir() and (m := re.fullmatch(r"checkpoint-(\d+)", p.name))
     ]
     return max(steps) if steps else None
 

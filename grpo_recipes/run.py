@@ -157,7 +157,8 @@ def _eval_only(cfg: dict[str, Any], run_dir: Path, s: Setup) -> float:
     mixed = "bf16" if s.args.bf16 else ("fp16" if s.args.fp16 else "no")
     accelerator = Accelerator(cpu=not s.hw.gpu, mixed_precision=mixed)
     model = accelerator.prepare_model(s.model, evaluation_mode=True).eval()
-    generate_with_cached_casts(model, accelerator)
+    if cfg["grpo"].get("fast_paths", "auto") is not False:  # as training generated its evals
+        generate_with_cached_casts(model, accelerator)
     step = model_step(cfg["model"]["path"])
     metrics, _ = make_evaluator(cfg, s).run(model, accelerator, step, run_dir / "eval_results")
     if accelerator.is_main_process:
@@ -187,9 +188,6 @@ def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
     from grpo_recipes.outputs import ConciseProgressCallback, MetricsFileCallback
     from grpo_recipes.stopping import GracefulStop
 
-    callbacks = [MetricsFileCallback(run_dir / "metrics.jsonl")]
-    if not s.args.disable_tqdm:
-        callbacks.append(ConciseProgressCallback)
     try:
         trainer = GRPOTrainer(
             model=s.model,
@@ -198,14 +196,12 @@ def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
             train_dataset=s.train_dataset,
             processing_class=s.tokenizer,
             peft_config=s.peft_config,
-            callbacks=callbacks,
+            callbacks=[MetricsFileCallback(run_dir / "metrics.jsonl")],
         )
     except ValueError as err:  # a setting TRL or transformers refuse only when the trainer is built
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         raise ConfigError(name_the_key(str(err), cfg["grpo"])) from None
-    if not s.args.disable_tqdm:
-        trainer.remove_callback(ProgressCallback)  # ConciseProgressCallback draws the bar
     stop = GracefulStop()
     evaluation = FixedEvalCallback(
         make_evaluator(cfg, s),
@@ -220,6 +216,9 @@ def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
         skip_final_eval=lambda: stop.requested,
     )  # a stop on a signal: the resumed run evaluates instead
     trainer.add_callback(evaluation)
+    if not s.args.disable_tqdm:  # the stock bar out (before ours, its subclass, is in), then ours
+        trainer.remove_callback(ProgressCallback)
+        trainer.add_callback(ConciseProgressCallback)
     trainer.add_callback(
         NoSignalWarning(cfg["grpo"].get("no_signal_warning", 3), s.args.max_completion_length)
     )

@@ -26,14 +26,16 @@ def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def judge_with(scorer, answer_format: PromptFormat):
+def judge_with(scorer, answer_format: PromptFormat, code_format: PromptFormat | None = None, is_code=None):
     """A batch judge `(texts, entries) -> [(Extraction, score)]` from a per-answer scorer, reading
-    answers with `answer_format` (TaskSet.judge is the full one: code tasks, batch scoring)."""
+    answers with `answer_format`, and rows `is_code(row)` says hold a program with `code_format`
+    (TaskSet.judge is the full one: batch scoring, one verification per completion)."""
 
     def judge(texts, rows):
         out = []
         for text, row in zip(texts, rows):
-            extraction = answer_format.extract(text)
+            code = code_format is not None and is_code is not None and is_code(row)
+            extraction = (code_format if code else answer_format).extract(text)
             out.append((extraction, scorer(extraction.answer, row)))
         return out
 

@@ -22,7 +22,7 @@ from grpo_common.errors import ConfigError
 from grpo_common.formats import reader
 from grpo_common.templates import with_prefix
 from rewards.accuracy import make_accuracy_reward, make_correct_and_format_reward
-from rewards.code import make_code_reward
+from rewards.code import TestSuite, make_code_reward
 from rewards.common import judge_with
 from rewards.format import make_format_reward
 from rewards.shaping import (
@@ -49,7 +49,12 @@ class RewardContext:
 
     def __post_init__(self):
         if self.judge is None:
-            self.judge = judge_with(self.scorer, reader(self.prompt_format, code_task=False))
+            self.judge = judge_with(
+                self.scorer,
+                reader(self.prompt_format, code_task=False),
+                reader(self.prompt_format, code_task=True),
+                is_code=lambda row: TestSuite.from_metadata(row.get("metadata")) is not None,
+            )
 
 
 # name -> (factory(ctx, **params), accepted params with their choices or None for free values)

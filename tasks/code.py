@@ -26,6 +26,7 @@ from reasoning_gym.dataset import ProceduralDataset
 from reasoning_gym.factory import DATASETS, register_dataset
 
 from rewards.code import TestSuite, run_suites
+from rewards.common import is_int, is_number
 
 INSTRUCTION = "Return the complete function in a single ```python code block."
 
@@ -55,8 +56,11 @@ class CodeDataset(ProceduralDataset):
         return f"the fraction of {tests} that pass in the sandbox, {self.config.test_timeout:g} s per test"
 
 
-def check_max_tests(max_tests: int | None) -> None:
-    assert max_tests is None or (isinstance(max_tests, int) and max_tests >= 1), (
+def check_suite(config) -> None:
+    """The verifier's settings: a finite positive timeout per test, at most `max_tests` (or null: all)."""
+    timeout, max_tests = config.test_timeout, config.max_tests
+    assert is_number(timeout) and timeout > 0, f"test_timeout must be a finite number > 0, got {timeout!r}"
+    assert max_tests is None or (is_int(max_tests) and max_tests >= 1), (
         f"max_tests must be a positive integer or null, got {max_tests!r}"
     )
 
@@ -96,8 +100,7 @@ class HumanEvalConfig:
     size: int = 164
 
     def validate(self) -> None:
-        assert self.test_timeout > 0, "test_timeout must be > 0"
-        check_max_tests(self.max_tests)
+        check_suite(self)
 
 
 class HumanEvalDataset(CodeDataset):
@@ -251,8 +254,7 @@ class PythonFunctionsConfig:
         unknown = sorted(set(self.templates or ()) - set(TEMPLATES))
         assert not unknown, f"unknown templates {unknown}; available: {', '.join(TEMPLATES)}"
         assert self.num_tests >= 1, "num_tests must be >= 1"
-        assert self.test_timeout > 0, "test_timeout must be > 0"
-        check_max_tests(self.max_tests)
+        check_suite(self)
 
 
 class PythonFunctionsDataset(CodeDataset):
@@ -321,8 +323,7 @@ class CodeFileConfig:
         assert self.path not in (None, "", "???"), (
             "path is not set: give the problems file, e.g. problems.jsonl"
         )
-        assert self.test_timeout > 0, "test_timeout must be > 0"
-        check_max_tests(self.max_tests)
+        check_suite(self)
         self.problems()
 
     def problems(self) -> list[dict[str, Any]]:
