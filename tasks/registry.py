@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import hashlib
 import json
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -160,6 +161,12 @@ def validate_tasks(tasks: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return tasks
 
 
+def _judge_key(text: str, entry: Mapping[str, Any]) -> str:
+    """A completion and the entry it answers, as a short digest (a HumanEval entry alone is kilobytes)."""
+    parts = (entry.get("task"), text, entry.get("question"), entry.get("answer"), entry.get("metadata"))
+    return hashlib.sha256("\x00".join(map(str, parts)).encode("utf-8", "replace")).hexdigest()
+
+
 class TaskSet:
     """A weighted mixture of tasks (weights are sampling probabilities) with their verifiers, reading
     completions in `prompt_format`."""
@@ -171,7 +178,7 @@ class TaskSet:
         self._scorer = self._composite(size=1, seed=0)
         # One verification per completion: the rewards of a step (code_tests, accuracy, ...) and a later
         # eval of the same text share it. Keyed by the text and the entry it answers.
-        self._judged: OrderedDict[tuple, tuple[Extraction, float]] = OrderedDict()
+        self._judged: OrderedDict[str, tuple[Extraction, float]] = OrderedDict()
 
     @property
     def names(self) -> list[str]:
@@ -201,14 +208,15 @@ class TaskSet:
     def judge(self, texts: list[str], entries: list[Mapping[str, Any]]) -> list[tuple[Extraction, float]]:
         """Extract and score a batch, each (text, entry) once; tasks that score in batches (code: programs
         run in parallel) do."""
-        keys = [
-            (str(e.get("task")), t, str(e.get("question")), str(e.get("answer")), str(e.get("metadata")))
-            for t, e in zip(texts, entries)
-        ]
-        todo = [i for i, k in enumerate(keys) if k not in self._judged]
+        keys = [_judge_key(t, e) for t, e in zip(texts, entries)]
+        first: dict[str, int] = {}  # a group's identical completions run once too
+        for i, k in enumerate(keys):
+            if k not in self._judged:
+                first.setdefault(k, i)
+        todo = list(first.values())
         by_task: dict[str, list[int]] = {}
         for i in todo:
-            by_task.setdefault(keys[i][0], []).append(i)
+            by_task.setdefault(str(entries[i].get("task")), []).append(i)
         for task, idx in by_task.items():
             extractions = {i: self.extract(texts[i], entries[i].get("task")) for i in idx}
             dataset = self._scorer.datasets.get(task)

@@ -179,10 +179,13 @@ def test_one_verification_per_completion_shared_by_rewards_and_the_eval(monkeypa
     runs = []
     real = tasks.code.run_suites
     monkeypatch.setattr(tasks.code, "run_suites", lambda *a, **k: runs.append(len(a[0])) or real(*a, **k))
-    completions = [f"```python\n{row['answer']}```", "```python\ndef f(x):\n    return 0\n```"]
-    assert [f([None] * 2, completions, **_columns([row] * 2)) for f in funcs] == [[2.0, 0.0], [1.0, 0.0]]
-    assert [extraction.rule for extraction, _ in ts.judge(completions, [row] * 2)] == ["fenced", "fenced"]
-    assert runs == [2]  # both completions ran once, in one batch
+    completions = [f"```python\n{row['answer']}```", "```python\ndef f(x):\n    return 0\n```"] * 2
+    assert [f([None] * 4, completions, **_columns([row] * 4)) for f in funcs] == [
+        [2.0, 0.0] * 2,
+        [1.0, 0.0] * 2,
+    ]
+    assert [extraction.rule for extraction, _ in ts.judge(completions, [row] * 4)] == ["fenced"] * 4
+    assert runs == [2]  # the two distinct completions ran once, in one batch: none twice, none again
     assert ts.verifiers() == {
         "python_functions": "the fraction of at most 3 of each problem's tests (spread over "
         "the suite) that pass in the sandbox, 2 s per test"
