@@ -99,7 +99,9 @@ def _files(root: Path) -> dict[str, str]:
 @pytest.mark.parametrize("category,overrides,message", CASES, ids=[" ".join(c[1]) for c in CASES])
 def test_a_mistake_is_one_line_exit_2_and_creates_nothing(tmp_path, category, overrides, message):
     out = tmp_path / "outputs"  # does not exist: the command must not create it
-    tiny = [a for a in TINY if not (a.startswith("model=") and any(o.startswith("model=") for o in overrides))]
+    tiny = [
+        a for a in TINY if not (a.startswith("model=") and any(o.startswith("model=") for o in overrides))
+    ]
     proc = run_train(*tiny, f"output_root={out}", *overrides, cwd=tmp_path)
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
