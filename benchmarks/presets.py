@@ -76,7 +76,7 @@ def run_preset(name: str, seed: int, out: Path) -> dict:
         "baseline": evals[first].get(metric),
         "final": evals[last].get(metric),
         "steps": last,
-        "recipe_reward": (evals[first].get("recipe_reward"), evals[last].get("recipe_reward")),
+        "reward": (evals[first].get("reward"), evals[last].get("reward")),
         "minutes": (seconds - setup) / 60,
         "s_per_step": sum(step_times) / len(step_times) if step_times else None,
         "peak_rss_gib": (max(before, peak_kib)) / 2**20,
@@ -100,7 +100,7 @@ def _setup_seconds(log: str) -> float:
 def table(rows: list[dict]) -> str:
     lines = [
         (
-            "| preset | task | seed | metric | step 0 | final | gain | recipe reward (step 0 -> final) | "
+            "| preset | task | seed | metric | step 0 | final | gain | eval reward (step 0 -> final) | "
             "minutes "
             "| s/step | peak RSS |"
         ),
@@ -116,7 +116,7 @@ def table(rows: list[dict]) -> str:
             if r["baseline"] is None or r["final"] is None
             else f"{100 * (r['final'] - r['baseline']):+.1f}"
         )
-        before, after = r["recipe_reward"]
+        before, after = r["reward"]
         recipe = "" if before is None else f"{before:.3f} -> {after:.3f}"
         step = "" if r["s_per_step"] is None else f"{r['s_per_step']:.1f}"
         lines.append(

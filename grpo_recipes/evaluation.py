@@ -4,7 +4,8 @@ update), every `eval.every_n_steps` steps and at the end of training; also stand
 
 Writes `eval_results/eval_step_<N>.json` (metrics + every example) and sends the metrics as
 `eval_<name>` through the trainer's callbacks, which every tracker shows as `eval/<name>`.
-Optionally draws `pass_k.samples` sampled completions per problem for unbiased pass@k.
+Optionally draws `pass_k.samples` sampled completions per problem for unbiased pass@k. `reward` is the
+run's weighted training reward on the greedy completions: the recipe's own objective on the fixed set.
 Every rank generates its shard (ZeRO-3 gathers weights collectively); rank 0 writes.
 """
 
@@ -16,7 +17,7 @@ import math
 import os
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,8 @@ def summarize(
             f"{prefix}mean_length": sum(r["length"] for r in rows) / n,
             f"{prefix}truncated": sum(r["truncated"] for r in rows) / n,
         }
+        if rows and all("reward" in r for r in rows):
+            out[f"{prefix}reward"] = sum(r["reward"] for r in rows) / n
         out.update({f"{prefix}rule/{rule}": rules.get(rule, 0) / n for rule in answers.rules})
         # code tasks: where the program was found (shown only when a code task is in the eval)
         out.update(
@@ -105,6 +108,7 @@ class FixedEvaluator:
         pass_k: dict | None = None,
         print_examples: int = 0,
         response_prefix: str = "",
+        rewards: Sequence[tuple[Callable, float]] = (),
     ):
         self.rows, self.taskset, self.tokenizer = rows, taskset, tokenizer
         self.prompt_format, self.max_new_tokens, self.batch_size = prompt_format, max_new_tokens, batch_size
@@ -116,6 +120,9 @@ class FixedEvaluator:
         self.ks = [k for k in (pass_k.get("k") or []) if k <= self.num_samples] if self.num_samples else []
         self.print_examples = print_examples
         self.response_prefix = response_prefix  # pre-filled by the chat template: part of the reply
+        # The run's training rewards and weights: `reward` is what training would pay the greedy completion
+        # (a recipe's own objective, e.g. gsm8k's 1[correct] + 0.1 (1[format] - 1)).
+        self.rewards = list(rewards)
         self.texts = [
             tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False)
             for r in rows
@@ -218,7 +225,25 @@ class FixedEvaluator:
                 record["num_samples"] = len(samples[k])
                 record["samples_correct"] = correct_counts[k]
             out.append(record)
+        if self.rewards:
+            for record, total in zip(out, self.reward_of(rows, [g[0] for g in greedy])):
+                record["reward"] = total
         return out
+
+    def reward_of(self, rows: list[dict], completions: list[str]) -> list[float]:
+        """The weighted sum of the training rewards, called as TRL calls them (without `log_metric`, so
+        nothing is logged as training statistics)."""
+        raw = [c[len(self.response_prefix) :] for c in completions]  # the rewards add the prefix themselves
+        columns = {key: [r[key] for r in rows] for key in rows[0] if key != "prompt"} if rows else {}
+        totals = [0.0] * len(rows)
+        for fn, weight in self.rewards:
+            values = fn(
+                prompts=[r["prompt"] for r in rows],
+                completions=[[{"role": "assistant", "content": c}] for c in raw],
+                **columns,
+            )
+            totals = [t + weight * (0.0 if v is None else float(v)) for t, v in zip(totals, values)]
+        return totals
 
     def run(self, model, accelerator, step: int, out_dir: Path | None) -> tuple[dict[str, float], list[dict]]:
         """Generate on every rank's shard, gather, score, write (main process). Returns metrics, examples."""
@@ -259,11 +284,13 @@ class FixedEvaluator:
 
     def report(self, step: int, metrics: dict[str, float], examples: list[dict]) -> None:
         passk = "".join(f"  pass@{k} {metrics[f'pass@{k}']:.3f}" for k in self.ks)
+        reward = f"  reward {metrics['reward']:.3f}" if "reward" in metrics else ""
         log.info(
-            "[eval step %d] accuracy %.3f%s  format %.3f  mean length %.1f  (%d problems, %.1f s)",
+            "[eval step %d] accuracy %.3f%s%s  format %.3f  mean length %.1f  (%d problems, %.1f s)",
             step,
             metrics["accuracy"],
             passk,
+            reward,
             metrics["format"],
             metrics["mean_length"],
             len(examples),

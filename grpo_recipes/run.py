@@ -116,6 +116,7 @@ def make_evaluator(cfg: dict[str, Any], s: Setup):
         pass_k=e.get("pass_k"),
         print_examples=e.get("print_examples", 0),
         response_prefix=s.response_prefix,
+        rewards=list(zip(s.reward_funcs, s.args.reward_weights or [1.0] * len(s.reward_funcs))),
     )
 
 

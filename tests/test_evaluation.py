@@ -82,6 +82,25 @@ def test_score_uses_the_extraction_chain_and_the_verifier(tiny):
     )
 
 
+def test_eval_reward_is_the_weighted_training_reward(tiny):
+    """gsm8k's recipe objective 1[correct] + 0.1 (1[format] - 1), computed by the run's own reward."""
+    from rewards import RewardContext, build_rewards
+
+    _, tokenizer = tiny
+    taskset, rows = eval_rows()
+    ctx = RewardContext(scorer=taskset.score, prompt_format="answer_tag", judge=taskset.judge)
+    funcs, weights = build_rewards({"correct_and_format": {"weight": 1.0, "format_weight": 0.1}}, ctx)
+    ev = FixedEvaluator(rows, taskset, tokenizer, "answer_tag", max_new_tokens=8, rewards=zip(funcs, weights))
+    right = f"[ANSWER] {rows[0]['answer']}"
+    wrong_unformatted = "no idea"
+    records = ev.score_batch([0, 1], [(right, 5, False), (wrong_unformatted, 3, False)])
+    assert [r["reward"] for r in records] == pytest.approx([1.0, -0.1])
+    assert summarize(records)["reward"] == pytest.approx(0.45)
+    # without rewards the key is absent, not zero
+    plain = FixedEvaluator(rows, taskset, tokenizer, "answer_tag", max_new_tokens=8)
+    assert "reward" not in summarize(plain.score_batch([0], [(right, 5, False)]))
+
+
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     """A 3-step in-process run on the tiny model with an eval every 2 steps."""
@@ -144,6 +163,8 @@ def test_eval_metrics_reach_metrics_jsonl(tiny_run):
     lines = read_jsonl(out / "metrics.jsonl")
     evals = [(r["step"], r["eval/accuracy"]) for r in lines if r["split"] == "eval"]
     assert [s for s, _ in evals] == [0, 2, 3]
+    # the default run's rewards (accuracy + 0.2 strict format) on the eval's greedy completions
+    assert all(0.0 <= r["eval/reward"] <= 1.2 for r in lines if r["split"] == "eval")
     train = [r for r in lines if r["split"] == "train" and "train/reward" in r]
     assert [r["step"] for r in train] == [1, 2, 3]
     # the names wandb and TensorBoard show: train/<TRL key>, eval/<our key>
