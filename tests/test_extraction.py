@@ -111,3 +111,79 @@ def test_extraction_never_raises(text):
     got = extract_answer(text)
     assert got.rule in RULES
     assert (got.answer is None) == (got.rule == "none")
+
+
+# Numbers keep their reading: typical completions of the default run (basic_arithmetic, answer_tag), most
+# of them written by the embedded 135M model in earlier evals, pinned to the answer and rule they had
+# before word answers got their own rules. A new rule must never take one of these from its old rule.
+NUMERIC_PINS = [
+    ("49 + 90 = 139", "139", "phrase"),
+    ("21 + 85 = 106.", "106", "phrase"),
+    ("12 + 5 = 17", "17", "phrase"),
+    ("17", "17", "last_number"),
+    ("17.", "17", "last_number"),
+    ("**17**", "17", "last_number"),
+    ("$17", "17", "last_number"),
+    (" 17 \n", "17", "last_number"),
+    ("17\n17", "17", "last_number"),
+    ("12 + 5\n17", "17", "last_number"),
+    ("[ANSWER] 17", "17", "tag"),
+    ("Some working.\n[ANSWER] 17", "17", "tag"),
+    ("The sum is 17.", "17", "last_number"),
+    ("The answer is 1.", "1", "phrase"),
+    ("The answer is: 17", "17", "phrase"),
+    ("Answer: 17", "17", "last_number"),
+    ("The answer is 17 apples.", "17", "phrase"),
+    ("The answer is 17, which is the sum.", "17", "phrase"),
+    ("The answer is **17**.", "17", "phrase"),
+    ("The answer is:\n17", "17", "phrase"),
+    ("10 + 0 = 10\n\nThe answer is 10.", "10", "phrase"),
+    ("2 + 0 = 2\n\nThe answer is correct.", "correct", "phrase"),
+    ("To calculate 71 + 74, we need to add the numbers 71 and 74.\n\nThe answer is 14", "14", "phrase"),
+    ("To calculate 7 + 4, we simply add them together: 7 + 4 = 11.", "11", "phrase"),
+    (
+        "To calculate 52 + 15, we need to add 52 and 15. This is a classic example of how to add",
+        "15",
+        "last_number",
+    ),
+    ("To calculate 37 + 69, we need to add 37 and 69, which is 195.\n\nThis", "195", "last_number"),
+    ("To calculate 6 + 1, we simply add them together.", "1", "last_number"),
+    ("To calculate 9 + 9, we simply add them together. 9 + 9 equals 18.", "18", "last_number"),
+    (
+        "To calculate 8 + 10, we need to add the numbers themselves, which is 18. So, 8 + 10 =",
+        "10",
+        "last_number",
+    ),
+    ("To calculate 91 + 92, we need to add the numbers 91 and 92, which is 182.\n", "182", "last_number"),
+    ("The answer to this problem is 10.", "10", "last_number"),
+    ("15 + 96 = 15 + 16 = 21.", "21", "phrase"),
+    ("96 + 75 = 16*2 = 14*2 = 14*2 = 16*2 = ", "16", "phrase"),
+    ("10 + 0 = 10\n\nThe", "10", "phrase"),
+    ("339 is 339.", "339", "last_number"),
+    ("5749 is 57 * 4321.", "4321", "last_number"),
+    ("9327 is 9327 reversed.", "9327", "last_number"),
+    ("8652 is 8652 + 2, so the answer is 8653.", "8653", "phrase"),
+    ("3541 is 3541 * 100 = 3541 in reverse.", "3541", "phrase"),
+    ("5101 is 5 * 100 + 1 * 10 + 1 * 10 + 1 * 1", "1", "last_number"),
+    ("3435 is 3 * 43 + 3 * 35 + 3 * 21. \nThe answer is ", "21", "last_number"),
+    ("12 + 5 = 17\n[ANSWER] 17", "17", "tag"),
+    ("[ANSWER] 17.", "17", "tag"),
+    ("[ANSWER] 1,000", "1000", "tag"),
+    ("The total is 1,000 dollars.", "1000", "last_number"),
+    ("-5", "-5", "last_number"),
+    ("12 - 17 = -5", "-5", "phrase"),
+    ("3.5", "3.5", "last_number"),
+    ("The answer is 3.5.", "3.5", "phrase"),
+    ("x = 17", "17", "phrase"),
+    ("", None, "none"),
+    ("\n\n\n\n", None, "none"),
+]
+
+
+@pytest.mark.parametrize("prompt_format", ["answer_tag", "plain"])
+def test_numeric_completions_keep_their_reading(prompt_format):
+    from tasks import TaskSet
+
+    taskset = TaskSet({"basic_arithmetic": {}}, prompt_format)
+    readings = [taskset.extract(text, "basic_arithmetic") for text, _, _ in NUMERIC_PINS]
+    assert [(text, e.answer, e.rule) for (text, _, _), e in zip(NUMERIC_PINS, readings)] == NUMERIC_PINS
