@@ -23,7 +23,9 @@ from grpo_common.formats import RULES, Extraction, extract_answer
         ("The answer is 3. Check: 1 + 2 = 3", "3", "phrase"),
         ("I think 3 apples and 4 pears", "4", "last_number"),
         ("-12 degrees", "-12", "last_number"),
-        ("no digits at all", None, "none"),
+        ("No, because all cats are mammals", "No", "lead_word"),
+        ("no digits at all", "no digits at all", "alone"),  # one line is an answer, scored as any
+        ("Some thoughts.\nno digits at all", None, "none"),  # prose on several lines is not
         ("", None, "none"),
         ("[ANSWER]", None, "none"),
     ],
@@ -187,3 +189,49 @@ def test_numeric_completions_keep_their_reading(prompt_format):
     taskset = TaskSet({"basic_arithmetic": {}}, prompt_format)
     readings = [taskset.extract(text, "basic_arithmetic") for text, _, _ in NUMERIC_PINS]
     assert [(text, e.answer, e.rule) for (text, _, _), e in zip(NUMERIC_PINS, readings)] == NUMERIC_PINS
+
+
+MOVES = "Move disk 1 from Peg 1 to Peg 3\nMove disk 3 from Peg 2 to Peg 1"
+
+
+# Word answers, lists, expressions and grids without a tag: one reading each, the first rule's.
+@pytest.mark.parametrize(
+    "text,answer,rule",
+    [
+        ("The answer is 2, 3, 5, 7.", "2, 3, 5, 7", "phrase"),  # the sentence's stop is not the answer's
+        ("The answer is 10.0 + 6.0i.", "10.0 + 6.0i", "phrase"),
+        ("The answer is 3.5.", "3.5", "phrase"),
+        ("The answer is Zoey is a knight..", "Zoey is a knight.", "phrase"),  # a stop of its own stays
+        ("The answer is No, it does not follow.", "No", "phrase"),
+        ("The answer is:\n1 2\n3 4", "1 2\n3 4", "phrase"),  # a grid on the lines below
+        ("The answer is 4 5\n\nLet me check 4 + 5.", "4 5", "phrase"),  # prose below is not the answer
+        ("The answer is 34 days.", "34", "phrase"),  # a number before words, as '17 apples'
+        ("No.", "No", "lead_word"),
+        ("No, it does not logically follow from the premises.", "No", "lead_word"),
+        ("**True** - since 3 < 4", "True", "lead_word"),
+        ("Saturday, because 3 days after Wednesday", "Saturday", "lead_word"),
+        ("No\n\nThe second premise says 2 cats ...", "No", "lead_word"),
+        ("<think>all 3 are mammals</think>\nYes, it follows.", "Yes", "lead_word"),
+        ("Answer: False", "False", "lead_word"),
+        ("Paris.", "Paris", "alone"),
+        ("Noah is a knight, and Zoey is a knave.", "Noah is a knight, and Zoey is a knave", "alone"),
+        ("[6, 69, 7, 66]", "[6, 69, 7, 66]", "alone"),
+        ("6*6 - 3 - 9.", "6*6 - 3 - 9", "alone"),
+        ("-36*x**3 + sin(x) + C", "-36*x**3 + sin(x) + C", "alone"),  # a function is not prose
+        ("$\\dfrac{2}{13}$", "$\\dfrac{2}{13}$", "alone"),
+        ('{"ratio": 7.5, "ok": true}', '{"ratio": 7.5, "ok": true}', "alone"),
+        ('"NO"', '"NO"', "alone"),  # quotes are the answer's own
+        ("E=8,G=0,X=3", "E=8,G=0,X=3", "alone"),  # assignments, not an equation's result
+        ("1 2\n3 4.", "1 2\n3 4", "alone"),
+        ("```\n_ Q\nQ _\n```", "_ Q\nQ _", "alone"),
+        ("Move disk 1 from Peg 1 to Peg 3\nMove disk 3 from Peg 2 to Peg 1.", MOVES, "alone"),  # one pattern
+        ("Let me think.\nNo.", None, "none"),  # several lines of prose are not an answer
+        ("The sum is 17.", "17", "last_number"),  # prose with a number in it
+        ("Saturday is 3 days later", "3", "last_number"),
+        ("12 + 5\n17", "17", "last_number"),  # working, then the result
+        ("[ANSWER]\n", None, "none"),  # an empty tag is no answer, and no part of one
+    ],
+)
+def test_word_list_expression_and_grid_answers(text, answer, rule):
+    got = extract_answer(text)
+    assert (got.answer, got.rule) == (answer, rule)
