@@ -12,6 +12,14 @@ A multi-line answer (grid, board, list of moves) goes on the lines after a bare 
     1 2 3
     4 5 6
 
+Without a tag, "the answer is X" reads X the same way (lists, expressions, sentences, a grid on the
+lines below), less the sentence's full stop. A reply that is nothing but an answer is read whole
+(`alone`): one line ("Paris", "2, 3, 5, 7", "6*6 - 3 - 9", "Riley is a knave, and Zoey is a knight.")
+or a block of lines with no prose in it (grids, boards, a list of moves). A yes/no/true/false that
+opens the reply is its answer ("No, because ..." -> "No"). Numbers keep their reading: a lone
+number, prose with a number in it ("The sum is 17.") and working that ends in a number are left to
+`last_number`, so no new reader takes a number from the rule that read it before.
+
 Each reader returns the answer it found, or None; none raises, whatever the text.
 """
 
@@ -28,7 +36,8 @@ _TAG_LINE = re.compile(r"\[ANSWER\][: \t]*([^\n]*)", re.IGNORECASE)
 _TAG_XML = re.compile(r"<answer>((?:[^<]|<(?!/?answer>))*)</answer>", re.IGNORECASE)
 _NEXT_TAG = re.compile(r"\[ANSWER\]|<answer>", re.IGNORECASE)
 _ANSWER_IS = re.compile(r"answer\s+is\s*:?\s*([^\n]*)", re.IGNORECASE)
-_EQUALS = re.compile(r"=\s*(" + _NUMBER + r")")
+# "= x" is an equation's result, not an item of a list of assignments ("E=8,G=0,X=3": cryptarithm).
+_EQUALS = re.compile(r"(?<!,[A-Za-z])(?<!, [A-Za-z])=\s*(" + _NUMBER + r")(?![\d.]*[,;]\s*[A-Za-z]=)")
 _LAST_NUMBER = re.compile(_NUMBER)
 # End of the answer on an `[ANSWER]` line: a sentence break followed by more text, or a comma and
 # an explanation after a number ("4, and 5", "12, since ...") or a word ("Yes, because ..."); after
@@ -41,6 +50,26 @@ _EXPLANATION = re.compile(
     re.IGNORECASE,
 )
 _BOXED = re.compile(r"\\boxed\{(.*)\}", re.DOTALL)
+# After "the answer is": a number followed by words or a bracket is that number ("17 apples", "17, which
+# is", "17 (12 + 5)"); followed by anything else it is part of the answer ("10.0 + 6.0i", "04:04").
+_NUMBER_THEN_WORDS = re.compile(r"(" + _NUMBER + r")(?=[.,;:!?]*\s+[^\W\d_]|\s*\()")
+# A one-word answer that opens a reply: a verdict before a break, or any word before its reason.
+_BREAK = r"(?=\s*(?:[.,;:!?]|[-\u2013\u2014]|\n|\Z))"
+_DECOR = r"[*_`]*"  # markdown; quotes are part of an answer ('"NO"' in codeio)
+_LEAD_VERDICT = re.compile(r"\A\s*" + _DECOR + r"(yes|no|true|false)\b" + _DECOR + _BREAK, re.IGNORECASE)
+_LEAD_EXPLAINED = re.compile(
+    r"\A\s*" + _DECOR + r"([^\W\d_]+)" + _DECOR + r"\s*[,;:]?\s*(?:[-\u2013\u2014]\s*)?(?:because|since)\b",
+    re.IGNORECASE,
+)
+# Prose: a word of two or more letters, not part of a token with digits (0x17a, E3, 6.0i), not a
+# function's name (sqrt(2)) nor a LaTeX command (\\dfrac); quoted strings are data, not prose
+# ('["fill B", "pour B->A"]').
+_WORD = re.compile(r"(?<![\w\\])[^\W\d_]{2,}(?![\w(])")
+_QUOTED = re.compile(r"\"[^\"\n]*\"|(?<![^\W\d_])'[^'\n]*'")
+_LITERALS = {"true", "false", "none", "null", "nan", "inf", "oo", "pi"}
+_LABEL = re.compile(r"\A\s*(?:final\s+)?answer\s*:", re.IGNORECASE)
+_DIGIT = re.compile(r"\d")
+_DIGITS = re.compile(r"\d+")
 # Only the first characters are searched: a huge completion cannot make extraction slow.
 MAX_CHARS = 20_000
 
@@ -72,6 +101,15 @@ def same_number(a: str, b: str) -> bool:
     ) == normalize_number(b)
 
 
+def same_answer(answer: str, reference: str) -> bool:
+    """The same answer spelled apart: numbers alike once normalised, or texts alike but for a final full
+    stop (the extraction drops a sentence's stop: 'Zoey is a knight' for the reference 'Zoey is a
+    knight.')."""
+    return same_number(answer, reference) or (
+        answer != reference and _drop_stop(answer.strip()) == _drop_stop(reference.strip())
+    )
+
+
 def _clean(text: str) -> str:
     """Strip markdown/latex decoration, quotes and trailing full stops around a phrase's answer."""
     s = text.strip().strip("*`\"' ")
@@ -91,11 +129,6 @@ def _clean_tag(text: str) -> str:
         if s.endswith(".") and not re.search(r"\s", s):  # '42.', 'Yes.'; a sentence keeps its stop
             s = s.rstrip(".")
     return normalize_number(s)
-
-
-def _first_clause(text: str) -> str:
-    """'4, and 5' -> '4'; 'Yes. Because ...' -> 'Yes'; keeps '1,000' and '10*(8 - 5) - 6' whole."""
-    return re.split(r"[,;]\s|[.!?](?:\s|$)", text.strip(), maxsplit=1)[0]
 
 
 def _tag_line_answer(line: str) -> str:
@@ -129,20 +162,97 @@ def tag(text: str) -> str | None:
     return None
 
 
+def _phrase_answer(line: str, rest: str | None) -> str:
+    """X in "the answer is X": its line, or (`rest`: the text from X on, given for the last phrase only)
+    the lines below too when they are nothing but the answer (a grid). '17 apples' -> '17'."""
+    s = line.strip().strip("*`")
+    number = _NUMBER_THEN_WORDS.match(s)
+    if number:
+        return _clean(number.group(1))
+    whole = alone(rest) if rest is not None else None
+    return whole or _clean_tag(_drop_stop(_tag_line_answer(_lead_or_line(s))))
+
+
 def phrase(text: str) -> str | None:
     """The last "answer is x" or "= x" in the text."""
     best_pos, best = -1, None
-    for m in _ANSWER_IS.finditer(text):
-        captured = m.group(1)
-        number = _LAST_NUMBER.match(captured.strip().strip("*`"))
-        # "the answer is 12." -> 12 ; "the answer is Yes." -> Yes (up to the end of the sentence)
-        value = number.group(0) if number else _first_clause(captured)
-        if _clean(value) and m.start() > best_pos:
-            best_pos, best = m.start(), _clean(value)
+    said = list(_ANSWER_IS.finditer(text))
+    for i, m in enumerate(said):
+        # Only the last phrase may run over several lines: an earlier one has a later phrase below it.
+        value = _phrase_answer(m.group(1), text[m.start(1) :] if i == len(said) - 1 else None)
+        if value and m.start() > best_pos:
+            best_pos, best = m.start(), value
     for m in _EQUALS.finditer(text):
         if m.start() > best_pos:
             best_pos, best = m.start(), _clean(m.group(1))
     return best
+
+
+def _after_reasoning(text: str) -> str:
+    """The reply after its last `</think>` (the reasoning is not the answer), without an 'Answer:' label."""
+    end = text.rfind("</think>")
+    return _LABEL.sub("", text[end + len("</think>") :] if end >= 0 else text, count=1)
+
+
+def _lead(text: str) -> str | None:
+    """'No, because ...' -> 'No'; 'True - since ...' -> 'True'; 'Saturday, because ...' -> 'Saturday'."""
+    m = _LEAD_VERDICT.match(text) or _LEAD_EXPLAINED.match(text)
+    return m.group(1) if m else None
+
+
+def _lead_or_line(line: str) -> str:
+    return _lead(line) or line
+
+
+def lead_word(text: str) -> str | None:
+    """A one-word answer that opens the reply: yes/no/true/false before a break, or any word before
+    'because'/'since'."""
+    return _lead(_after_reasoning(text))
+
+
+def _prose_with_number(text: str) -> bool:
+    """'The sum is 17', '12 + 5 is 17', 'Move disk 1 from Peg 3': a number among words (quoted strings,
+    function names and literals such as None or pi are not words: '{"ratio": 7.7}', 'sin(2*x) + C')."""
+    return bool(_DIGIT.search(text)) and _has_words(text)
+
+
+def _has_words(text: str) -> bool:
+    return any(w.lower() not in _LITERALS for w in _WORD.findall(_QUOTED.sub(" ", text)))
+
+
+def _is_block(lines: list[str]) -> bool:
+    """Lines that are an answer: no prose (grids, boards), or one pattern (a list of moves: 'Move disk 1
+    from Peg 3 to Peg 2'); not working that ends in a lone number ('12 + 5' then '17'), nor sentences."""
+    lines = [ln for ln in lines if ln.strip()]
+    if _NUMERIC.fullmatch(lines[-1].strip()) or any(ln.rstrip().endswith(".") for ln in lines[:-1]):
+        return False  # a sentence's stop ends the answer before the last line
+    if not any(_has_words(ln) for ln in lines):
+        return True
+    patterns = {_DIGITS.sub("#", ln.strip()) for ln in lines}
+    return len(patterns) == 1 and len(set(lines)) > 1 and bool(_DIGIT.search(lines[0]))
+
+
+def _drop_stop(text: str) -> str:
+    """The sentence's full stop, once: 'Paris.' -> 'Paris', 'is a knave..' -> 'is a knave.', '3.5' kept."""
+    return text.rstrip().removesuffix(".")
+
+
+def alone(text: str) -> str | None:
+    """The whole reply, when it is nothing but an answer: one line (an explanation after it dropped as on
+    a tag line) or a block of lines; its full stop dropped. A lone number is `last_number`'s reading."""
+    s = _after_reasoning(text).strip()
+    if not s or _NEXT_TAG.search(s):  # an empty tag is no answer, and no part of one
+        return None
+    lines = s.splitlines()
+    if len(lines) == 1:
+        if _prose_with_number(s):
+            return None
+        value = _clean_tag(_drop_stop(_tag_line_answer(_lead_or_line(s))))
+    elif _is_block(_drop_stop(s).splitlines()):
+        value = _clean_tag(_drop_stop(s))
+    else:
+        return None
+    return None if not value or _NUMERIC.fullmatch(value) else value
 
 
 def last_number(text: str) -> str | None:

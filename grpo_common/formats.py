@@ -13,10 +13,15 @@ One class per format owns all of it, and tasks, rewards, the evaluation and the 
 A new format is one class plus one line in `FORMATS`.
 
 The answer formats (plain, answer_tag, think) share one chain (grpo_common/answers.py reads each step):
-1. tag:    `[ANSWER] x` or `<answer>x</answer>` (the last one that holds an answer)
-2. phrase: "the answer is x" or "= x" (whichever comes last in the text)
-3. last_number: the last number in the text
-4. none:   nothing found
+1. tag:         `[ANSWER] x` or `<answer>x</answer>` (the last one that holds an answer)
+2. phrase:      "the answer is x" (x as on a tag line: lists, expressions, sentences, a grid below) or
+                "= x" (a number), whichever comes last in the text
+3. lead_word:   a yes/no/true/false opening the reply ("No, because ..."), or a word before its reason
+                ("Saturday, since ...")
+4. alone:       the whole reply when it is nothing but an answer: one line ("Paris.", "[6, 69, 7]"),
+                or a block of lines without prose (a grid, a board, a list of moves)
+5. last_number: the last number in the text
+6. none:        nothing found
 `code` reads a program: `<answer>` content (answer_tag), a ``` block (fenced), the text from the
 first `def`/`import` line (raw), or none. A code task's program is read as code whatever the prompt
 format asks (the code preset has `think`, with the program inside <answer>): see `reader`.
@@ -70,9 +75,23 @@ _FORMAT_CHARS = 20_000
 
 
 class AnswerFormat(PromptFormat):
-    """A format that reads an answer with the tag -> phrase -> last number chain."""
+    """A format that reads an answer with the tag -> phrase -> lead word -> alone -> last number chain."""
 
-    chain = (("tag", answers.tag), ("phrase", answers.phrase), ("last_number", answers.last_number))
+    # One candidate per completion: the first rule that finds an answer gives it, and only that answer
+    # meets the verifier (trying several would let a model fish for reward by writing many). The order:
+    # what the model marks as its answer (tag, then phrase) over what its reply's shape says; among the
+    # shapes, an opening verdict over the whole reply ("No, it does not follow." is "No", not a
+    # sentence answer), and both over the last number ("False, as 3 needs 4" is "False"). The whole
+    # reply and the last number cannot disagree on numbers: `alone` leaves a lone number, prose with a
+    # number in it and working that ends in a number to `last_number`, so numeric replies keep the
+    # reading and the rule they had (tests/test_extraction.py pins them).
+    chain = (
+        ("tag", answers.tag),
+        ("phrase", answers.phrase),
+        ("lead_word", answers.lead_word),
+        ("alone", answers.alone),
+        ("last_number", answers.last_number),
+    )
     rules = (*(rule for rule, _ in chain), "none")
 
     def extract(self, text: object) -> Extraction:

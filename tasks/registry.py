@@ -20,7 +20,7 @@ from reasoning_gym.composite import CompositeConfig, CompositeDataset, DatasetSp
 from reasoning_gym.factory import DATASETS
 
 from grpo_common import formats
-from grpo_common.answers import same_number
+from grpo_common.answers import same_answer
 from grpo_common.errors import ConfigError
 from grpo_common.formats import Extraction, PromptFormat
 from tasks import code, digits, qa_file
@@ -260,10 +260,11 @@ class TaskSet:
             and isinstance(answer, str)
             and isinstance(reference, str)
             and answer != reference
-            and same_number(answer, reference)
+            and same_answer(answer, reference)
         ):
-            # The extraction writes numbers plainly ("0.0" -> "0", "1,000" -> "1000"); a verifier that
-            # compares spellings (codeio: "0.0") is given the reference's spelling of the same number.
+            # The extraction writes numbers plainly ("0.0" -> "0", "1,000" -> "1000") and drops a sentence's
+            # full stop; a verifier that compares spellings (codeio: "0.0"; emoji_mystery's sentences end
+            # in ".") is given the reference's spelling of the same answer.
             score = max(score, self._verify(reference, full))
         return score
 

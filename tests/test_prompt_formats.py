@@ -44,7 +44,17 @@ def boxed(monkeypatch):
 def test_the_registry_holds_the_shipped_formats_in_order():
     assert list(FORMATS) == ["plain", "answer_tag", "think", "code"]
     assert all(name == fmt.name for name, fmt in FORMATS.items())
-    assert rule_names() == ["tag", "phrase", "last_number", "answer_tag", "fenced", "raw", "none"]
+    assert rule_names() == [
+        "tag",
+        "phrase",
+        "lead_word",
+        "alone",
+        "last_number",
+        "answer_tag",
+        "fenced",
+        "raw",
+        "none",
+    ]
 
 
 def test_code_tasks_are_read_as_code_whatever_the_prompt_format():
@@ -155,6 +165,8 @@ def test_the_report_names_the_code_rules_of_a_code_run(tmp_path):
     assert [k for k in metrics if k.startswith("rule/")] == [
         "rule/tag",
         "rule/phrase",
+        "rule/lead_word",
+        "rule/alone",
         "rule/last_number",
         "rule/none",
         "rule/fenced",
@@ -165,4 +177,7 @@ def test_the_report_names_the_code_rules_of_a_code_run(tmp_path):
         json.dumps({"step": 0, "metrics": metrics, "examples": examples})
     )
     report = write_report(tmp_path).read_text()
-    assert "by rule: tag: 0%, phrase: 0%, last_number: 0%, fenced: 50%, raw: 25%, none: 25%." in report
+    assert (
+        "by rule: tag: 0%, phrase: 0%, lead_word: 0%, alone: 0%, last_number: 0%, fenced: 50%, raw: 25%, "
+        "none: 25%."
+    ) in report
