@@ -146,7 +146,7 @@ def test_curriculum_datasets_keep_the_fixed_eval_and_draw_rows_at_the_level():
         "dataset=sum_digits", "dataset.curriculum.enabled=true", "dataset.train_size=64", "eval.size=50"
     )
     _, _, fixed_eval = build_datasets(cfg["dataset"], cfg["eval"])
-    taskset, train, eval_rows, curriculum = build_curriculum_datasets(cfg["dataset"], cfg["eval"])
+    _, train, eval_rows, curriculum = build_curriculum_datasets(cfg["dataset"], cfg["eval"])
     assert eval_rows == fixed_eval  # built from the config as written (2-4 numbers of 10..999)
     assert any(len(json.loads(r["metadata"])["numbers"]) > 2 for r in eval_rows)
     assert len(train) == 64 and curriculum.fixed == []
