@@ -185,6 +185,11 @@ SCHEMA: dict[str, Value] = {
     "dataset.seed": Int(0),
     "dataset.tasks": Value("dict"),
     "dataset.rewards": Value("dict"),
+    "dataset.curriculum.enabled": BOOL,
+    "dataset.curriculum.start_level": STEPS,
+    "dataset.curriculum.raise_at": PROB,
+    "dataset.curriculum.lower_at": PROB,
+    "dataset.curriculum.window": COUNT,
     # sandbox
     "sandbox.timeout": Float(above=0),
     "sandbox.memory_mb": COUNT,
@@ -235,7 +240,7 @@ SCHEMA: dict[str, Value] = {
     "grpo.vllm_gpu_memory_utilization": Float(above=0, high=1),
 }
 # Groups whose every key is in SCHEMA (and required); "" is the top level. grpo is open to TRL's fields.
-CLOSED_GROUPS = ("", "dataset", "eval", "eval.pass_k", "model", "model.lora", "sandbox")
+CLOSED_GROUPS = ("", "dataset", "dataset.curriculum", "eval", "eval.pass_k", "model", "model.lora", "sandbox")
 GROUPS = ("dataset", "eval", "grpo", "model", "sandbox")
 
 
@@ -299,6 +304,7 @@ def check_config(cfg: Mapping[str, Any], world_size: int | None = None) -> None:
             max_completion_length=cfg["grpo"].get("max_completion_length"),
         ),
     )
+    check_curriculum(cfg)
     try:
         Executor(**(cfg.get("sandbox") or {}))
     except (TypeError, ValueError) as err:
@@ -323,6 +329,59 @@ def check_batch(grpo: Mapping[str, Any], world_size: int) -> None:
         raise ConfigError(
             f"{where} = {batch} completions per generation batch is not divisible by grpo.num_generations "
             f"({num_generations}); TRL counts completions, not prompts. Use a multiple of {num_generations}."
+        )
+
+
+def check_curriculum(cfg: Mapping[str, Any]) -> None:
+    """dataset.curriculum on: thresholds in order, a task with a curriculum whose every level is a valid
+    config, a reward whose verdicts drive the levels, and the level living in the main process."""
+    settings = cfg["dataset"]["curriculum"]
+    if not settings["enabled"]:
+        return
+    from rewards.registry import VERDICT_REWARDS
+    from tasks.curriculum import config_at, top_level
+
+    if settings["lower_at"] > settings["raise_at"]:
+        raise ConfigError(
+            f"dataset.curriculum.lower_at={show(settings['lower_at'])} is above raise_at="
+            f"{show(settings['raise_at'])}: a level falls below lower_at and rises at raise_at; "
+            "need lower_at <= raise_at"
+        )
+    tasks = cfg["dataset"]["tasks"]
+    tops = {name: top_level(name) for name in tasks}
+    if all(top is None for top in tops.values()):
+        raise ConfigError(
+            f"dataset.curriculum.enabled=true, but no task of dataset.tasks ({', '.join(tasks)}) has a "
+            "curriculum (most reasoning-gym tasks do, and sum_digits, reverse_digits); set it false or add "
+            "such a task"
+        )
+    for name, top in tops.items():
+        for level in range(top + 1 if top is not None else 0):
+            try:
+                config_at(name, level, (tasks[name] or {}).get("config") or {})
+            except (AssertionError, ValueError, TypeError) as err:
+                raise ConfigError(
+                    f"dataset.tasks.{name}.config at curriculum level {level} is invalid: "
+                    f"{err or type(err).__name__} (the level sets its curriculum's fields over this config)"
+                ) from None
+    rewards = cfg["dataset"]["rewards"]
+    if not any(
+        spec is not None and spec.get("fn", name) in VERDICT_REWARDS for name, spec in rewards.items()
+    ):
+        raise ConfigError(
+            "dataset.curriculum.enabled=true needs a reward that judges every completion, whose verdicts "
+            f"drive the levels: add one of {', '.join(VERDICT_REWARDS)} to dataset.rewards (weight 0 is fine)"
+        )
+    grpo = cfg.get("grpo") or {}
+    if grpo.get("dataloader_num_workers", 0):
+        raise ConfigError(
+            f"grpo.dataloader_num_workers={show(grpo['dataloader_num_workers'])}: with dataset.curriculum "
+            "on, problems are drawn at the current level in the main process; use 0"
+        )
+    if grpo.get("restore_callback_states_from_checkpoint"):
+        raise ConfigError(
+            "grpo.restore_callback_states_from_checkpoint=true: with dataset.curriculum on, the curriculum "
+            "restores its levels itself on resume; leave it false"
         )
 
 

@@ -61,14 +61,19 @@ def build_train_rows(
     return [to_row(e, system) for e in entries]
 
 
-def build_datasets(dataset_cfg: dict[str, Any], eval_cfg: dict[str, Any]):
-    """(TaskSet, train Dataset, eval rows)."""
-    from datasets import Dataset
-
+def build_eval_set(dataset_cfg: dict[str, Any], eval_cfg: dict[str, Any]):
+    """(TaskSet, system prompt, eval rows): the tasks as configured, and their fixed eval."""
     if int(dataset_cfg["seed"]) == int(eval_cfg["seed"]):
         raise ConfigError("eval.seed must differ from dataset.seed so that train and eval sets differ")
     taskset = TaskSet(dataset_cfg["tasks"], dataset_cfg.get("prompt_format", "plain"))
     system = system_prompt(dataset_cfg)
-    eval_rows = build_eval_rows(taskset, eval_cfg, system)
+    return taskset, system, build_eval_rows(taskset, eval_cfg, system)
+
+
+def build_datasets(dataset_cfg: dict[str, Any], eval_cfg: dict[str, Any]):
+    """(TaskSet, train Dataset, eval rows); dataset.curriculum's: grpo_recipes/curriculum.py."""
+    from datasets import Dataset
+
+    taskset, system, eval_rows = build_eval_set(dataset_cfg, eval_cfg)
     train_rows = build_train_rows(taskset, dataset_cfg, system, eval_rows)
     return taskset, Dataset.from_list(train_rows), eval_rows

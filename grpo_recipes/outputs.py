@@ -87,6 +87,11 @@ class ConciseProgressCallback(ProgressCallback):
             for k, v in logs.items()
             if k.startswith("rewards/") and k.endswith("/mean") and isinstance(v, (int, float))
         ]
+        parts += [  # dataset.curriculum
+            f"{k.split('/')[1]} level {v:g}"
+            for k, v in logs.items()
+            if k.startswith("curriculum/") and k.endswith("/level") and isinstance(v, (int, float))
+        ]
         self.training_bar.write(" | ".join(parts))
 
 

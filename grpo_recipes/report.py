@@ -165,6 +165,33 @@ def make_plots(run_dir: Path, run: dict[str, Any]) -> list[tuple[str, str]]:
         ax2.legend(fontsize=8)
         save(fig, "reward.png", "Reward and group variance")
 
+        # 2b. dataset.curriculum: each task's difficulty level (the fixed eval above stays at the target)
+        leveled = sorted(
+            {
+                k.split("/")[2]
+                for r in train
+                for k in r
+                if k.startswith("train/curriculum/") and k.endswith("/level")
+            }
+        )
+        if leveled:
+            fig, ax = plt.subplots(figsize=(8, 3.5))
+            for i, task in enumerate(leveled):
+                steps, levels = _series(train, f"train/curriculum/{task}/level")
+                ax.plot(
+                    steps,
+                    levels,
+                    drawstyle="steps-post",
+                    color=colors[i % len(colors)],
+                    linewidth=2,
+                    label=task,
+                )
+            ax.set(xlabel="training step", ylabel="level (0: easiest)", title="Curriculum level per task")
+            ax.yaxis.get_major_locator().set_params(integer=True)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+            save(fig, "curriculum.png", "Curriculum level per task")
+
         # 3. completion length and format compliance
         fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
         _plot_train(ax1, train, "train/completions/mean_length", "train samples", color=colors[0])
@@ -269,6 +296,17 @@ def _examples(evals: dict[int, dict], n: int = 3) -> list[str]:
     return out
 
 
+def curriculum_levels(train: list[dict]) -> dict[str, tuple[float, float]]:
+    """dataset.curriculum's level per task: {task: (first logged, last logged)}."""
+    out = {}
+    for key in sorted(
+        {k for r in train for k in r if k.startswith("train/curriculum/") and k.endswith("/level")}
+    ):
+        _, values = _series(train, key)
+        out[key.split("/")[2]] = (values[0], values[-1])
+    return out
+
+
 def write_report(run_dir: str | Path) -> Path:
     run_dir = Path(run_dir)
     run = load_run(run_dir)
@@ -296,6 +334,12 @@ def write_report(run_dir: str | Path) -> Path:
             f"- trained {train[-1]['step']} steps"
             + (f" in {results['train_runtime']:.0f} s" if "train_runtime" in results else " (unfinished)")
         )
+        levels = curriculum_levels(train)
+        if levels:
+            lines.append(
+                "- curriculum levels (first -> last logged): "
+                + ", ".join(f"{task} {a:g} -> {b:g}" for task, (a, b) in levels.items())
+            )
     lines.append("")
     if not evals:
         lines += ["No evaluation has been written yet."]

@@ -216,6 +216,10 @@ def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
         ),
         skip_final_eval=lambda: stop.requested,
     )  # a stop on a signal: the resumed run evaluates instead
+    if s.curriculum is not None:
+        from grpo_recipes.curriculum import CurriculumCallback
+
+        trainer.add_callback(CurriculumCallback(s.curriculum))
     trainer.add_callback(evaluation)
     if not s.args.disable_tqdm:  # the stock bar out (before ours, its subclass, is in), then ours
         trainer.remove_callback(ProgressCallback)

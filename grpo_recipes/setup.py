@@ -36,11 +36,13 @@ class Setup:
     args: Any  # trl.GRPOConfig
     checkpoint: Path | None  # the checkpoint a resume continues from (None: from the start)
     resumed: bool
+    curriculum: Any = None  # grpo_recipes.curriculum.Curriculum when dataset.curriculum is on
 
 
 def assemble(cfg: dict[str, Any], plan: RunPlan) -> Setup:
     from grpo_common.templates import response_prefix
     from grpo_recipes.config import build_grpo_config, build_grpo_kwargs
+    from grpo_recipes.curriculum import build_curriculum_datasets
     from grpo_recipes.data import build_datasets
     from grpo_recipes.hardware import detect_hardware, resolve_activation_checkpointing
     from grpo_recipes.lora import lora_config
@@ -56,7 +58,11 @@ def assemble(cfg: dict[str, Any], plan: RunPlan) -> Setup:
         log.info("the chat template pre-fills %r: rewards and eval read it + the completion", prefix)
 
     sandbox = configure_sandbox(cfg.get("sandbox"))
-    taskset, train_dataset, eval_rows = build_datasets(cfg["dataset"], cfg["eval"])
+    curriculum = None
+    if cfg["dataset"]["curriculum"]["enabled"]:
+        taskset, train_dataset, eval_rows, curriculum = build_curriculum_datasets(cfg["dataset"], cfg["eval"])
+    else:
+        taskset, train_dataset, eval_rows = build_datasets(cfg["dataset"], cfg["eval"])
     if any(is_code_task(name) for name in taskset.names):
         log.info("code tasks run in the sandbox: %s", sandbox.layers())
     ctx = RewardContext(
@@ -65,6 +71,7 @@ def assemble(cfg: dict[str, Any], plan: RunPlan) -> Setup:
         max_completion_length=cfg["grpo"].get("max_completion_length"),
         judge=taskset.judge,
         response_prefix=prefix,
+        on_verdicts=curriculum.recorder if curriculum is not None else None,
     )
     reward_funcs, weights = build_rewards(cfg["dataset"]["rewards"], ctx)
 
@@ -88,6 +95,7 @@ def assemble(cfg: dict[str, Any], plan: RunPlan) -> Setup:
         args,
         checkpoint=last_checkpoint(plan),
         resumed=plan.action == "resume",
+        curriculum=curriculum,
     )
 
 

@@ -12,6 +12,7 @@ YAML (under `dataset.rewards`), one entry per reward; the key becomes the functi
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import importlib
 from collections.abc import Callable, Mapping
@@ -46,6 +47,9 @@ class RewardContext:
     judge: Callable[[list[str], list[Mapping[str, Any]]], list] | None = None
     # what the chat template pre-fills in the reply (e.g. "<think>\n"): rewards read prefix + completion
     response_prefix: str = ""
+    # (reward kwargs, each completion's verdict) -> None: told every training batch's verdicts (the
+    # curriculum's levels follow them); only the first reward that judges every completion calls it
+    on_verdicts: Callable[[Mapping[str, Any], list[bool]], None] | None = None
 
     def __post_init__(self):
         if self.judge is None:
@@ -57,10 +61,14 @@ class RewardContext:
             )
 
 
+# Rewards that judge every completion right or wrong: the first of them in dataset.rewards reports the
+# verdicts to `RewardContext.on_verdicts`.
+VERDICT_REWARDS = ("accuracy", "correct_and_format")
+
 # name -> (factory(ctx, **params), accepted params with their choices or None for free values)
 REWARDS: dict[str, tuple[Callable[..., Callable], dict[str, tuple | None]]] = {
     "accuracy": (
-        lambda ctx, mode="binary": make_accuracy_reward(ctx.judge, mode),
+        lambda ctx, mode="binary": make_accuracy_reward(ctx.judge, mode, ctx.on_verdicts),
         {"mode": ("binary", "graded", "signed")},
     ),
     "format": (
@@ -69,7 +77,7 @@ REWARDS: dict[str, tuple[Callable[..., Callable], dict[str, tuple | None]]] = {
     ),
     "correct_and_format": (
         lambda ctx, format_weight=0.1: make_correct_and_format_reward(
-            ctx.judge, ctx.prompt_format, format_weight
+            ctx.judge, ctx.prompt_format, format_weight, ctx.on_verdicts
         ),
         {"format_weight": None},
     ),
@@ -146,6 +154,7 @@ def build_rewards(spec: Mapping[str, Any], ctx: RewardContext) -> tuple[list[Cal
     if not spec or all(v is None for v in spec.values()):
         raise ConfigError("dataset.rewards is empty: name at least one reward, e.g. accuracy: {weight: 1.0}")
     funcs, weights = [], []
+    reporter = ctx  # the context of the reward that reports verdicts; later ones get none (no double count)
     for key, params in spec.items():
         if params is None:  # `accuracy: null` removes a reward a dataset inherited from base.yaml
             continue
@@ -173,7 +182,9 @@ def build_rewards(spec: Mapping[str, Any], ctx: RewardContext) -> tuple[list[Cal
                         f"dataset.rewards.{key}.{p}={value!r}; accepted: {', '.join(accepted[p])}"
                     )
             try:
-                fn = factory(ctx, **params)
+                fn = factory(reporter, **params)
+                if fn_name in VERDICT_REWARDS and reporter.on_verdicts is not None:
+                    reporter = dataclasses.replace(reporter, on_verdicts=None)
             except ConfigError as err:  # a factory's message names the reward; the user wrote `key`
                 message = str(err).replace(f"dataset.rewards.{fn_name}", f"dataset.rewards.{key}", 1)
                 raise ConfigError(message) from None

@@ -1,7 +1,8 @@
 """The two digit tasks of the Monarch RL recipe, as reasoning-gym procedural datasets.
 
 Registering them in reasoning-gym's registry means one registry holds every task: they mix
-with reasoning-gym tasks in a composite and are scored through the same `score_answer`.
+with reasoning-gym tasks in a composite and are scored through the same `score_answer`; their
+curricula (reasoning-gym's BaseCurriculum) drive `dataset.curriculum` like any other task's.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 from random import Random
 from typing import Any
 
+from reasoning_gym.coaching import BaseCurriculum, RangeAttributeDefinition
 from reasoning_gym.dataset import ProceduralDataset
 from reasoning_gym.factory import DATASETS, register_dataset
 
@@ -88,6 +90,47 @@ class ReverseDigitsDataset(_IntegerAnswerDataset):
         }
 
 
+# Each level's range is a (low, high) pair, taken as is by reasoning-gym's curriculum context, so a level
+# is one exact range. Level 0 is within reach of a 135M model; the top level is the task's default.
+class SumDigitsCurriculum(BaseCurriculum):
+    """Level 0: two numbers of 1..99; level 3: 2-4 numbers of 10..999 (SumDigitsConfig's defaults)."""
+
+    def __init__(self):
+        super().__init__(SumDigitsCurriculum.__name__, SumDigitsConfig)
+        self._define_attributes(
+            RangeAttributeDefinition(
+                name="num_numbers",
+                levels=[(2, 2), (2, 3), (2, 3), (2, 4)],
+                description="How many numbers are summed",
+                lower_field_name="min_numbers",
+                upper_field_name="max_numbers",
+            ),
+            RangeAttributeDefinition(
+                name="value",
+                levels=[(1, 99), (1, 99), (10, 999), (10, 999)],
+                description="The range each number is drawn from",
+                lower_field_name="min_value",
+                upper_field_name="max_value",
+            ),
+        )
+
+
+class ReverseDigitsCurriculum(BaseCurriculum):
+    """Level 0: 2-3 digit numbers; a digit more per level, up to 6-7 digits (the config defaults)."""
+
+    def __init__(self):
+        super().__init__(ReverseDigitsCurriculum.__name__, ReverseDigitsConfig)
+        self._define_attributes(
+            RangeAttributeDefinition(
+                name="value",
+                levels=[(10, 999), (100, 9_999), (1_000, 99_999), (10_000, 999_999), (100_000, 9_999_999)],
+                description="The range the number is drawn from",
+                lower_field_name="min_value",
+                upper_field_name="max_value",
+            ),
+        )
+
+
 def digit_sum(numbers: list[int]) -> int:
     return sum(int(d) for n in numbers for d in str(abs(n)))
 
@@ -97,9 +140,9 @@ def reverse_digits(number: int) -> int:
 
 
 def register() -> None:
-    for name, dataset_cls, config_cls in [
-        ("sum_digits", SumDigitsDataset, SumDigitsConfig),
-        ("reverse_digits", ReverseDigitsDataset, ReverseDigitsConfig),
+    for name, dataset_cls, config_cls, curriculum_cls in [
+        ("sum_digits", SumDigitsDataset, SumDigitsConfig, SumDigitsCurriculum),
+        ("reverse_digits", ReverseDigitsDataset, ReverseDigitsConfig, ReverseDigitsCurriculum),
     ]:
         if name not in DATASETS:
-            register_dataset(name, dataset_cls, config_cls)
+            register_dataset(name, dataset_cls, config_cls, curriculum_cls)

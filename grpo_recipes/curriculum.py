@@ -1,0 +1,105 @@
+"""`dataset.curriculum`: training problems at each task's current level, and the callback that moves it.
+
+The train set is a map-style `datasets.Dataset` of indices whose rows are drawn when TRL fetches them
+(`with_transform`), at the levels of that moment (tasks/leveled.py); the fixed eval is built from the
+task config as written (the target difficulty) and its questions never appear in training. Tasks
+without a curriculum in the mixture train at their config as written (logged at the start).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from transformers import TrainerCallback
+from transformers.trainer_callback import ExportableState
+
+from grpo_recipes.data import build_eval_set, to_row
+from tasks.curriculum import LevelController, VerdictRecorder, top_level
+from tasks.leveled import LeveledTasks
+
+log = logging.getLogger("grpo_recipes")
+
+COLUMNS = ("prompt", "question", "answer", "task", "metadata", "level")
+
+
+@dataclass(frozen=True)
+class Curriculum:
+    controller: LevelController  # the levels and the rolling windows
+    problems: LeveledTasks  # the training problems, at the controller's levels
+    recorder: VerdictRecorder  # RewardContext.on_verdicts: the verdicts since the last update
+    fixed: list[str]  # tasks without a curriculum: their config as written throughout
+
+
+def build_curriculum_datasets(dataset_cfg: dict[str, Any], eval_cfg: dict[str, Any]):
+    """(TaskSet, train Dataset drawn on the fly, eval rows, Curriculum)."""
+    from datasets import Dataset
+
+    taskset, system, eval_rows = build_eval_set(dataset_cfg, eval_cfg)
+    settings = dataset_cfg["curriculum"]
+    tops = {name: top for name in taskset.names if (top := top_level(name)) is not None}
+    controller = LevelController(
+        tops, settings["start_level"], settings["raise_at"], settings["lower_at"], settings["window"]
+    )
+    problems = LeveledTasks(
+        taskset.spec,
+        controller.levels,
+        int(dataset_cfg["train_size"]),
+        int(dataset_cfg["seed"]),
+        exclude_questions={r["question"] for r in eval_rows},
+    )
+
+    def rows(batch: dict[str, list]) -> dict[str, list]:
+        drawn = [problems[int(i)] for i in batch["index"]]
+        out = [{**to_row(e, system), "level": e["level"]} for e in drawn]
+        return {c: [r[c] for r in out] for c in COLUMNS}
+
+    train = Dataset.from_dict({"index": list(range(len(problems)))}).with_transform(rows)
+    curriculum = Curriculum(
+        controller,
+        problems,
+        VerdictRecorder(lambda: controller.levels),
+        [n for n in taskset.names if n not in tops],
+    )
+    return taskset, train, eval_rows, curriculum
+
+
+class CurriculumCallback(TrainerCallback, ExportableState):
+    """After each optimizer step, every rank's verdicts move the levels; at a checkpoint the levels and
+    windows are saved in trainer_state.json (transformers saves `ExportableState.state()`), and read
+    back from there when a resumed run begins.
+
+    Multi-process: every rank gathers all ranks' verdicts (`gather_object`, in rank order) and runs the
+    same deterministic update on the same list, so every rank holds the same levels and draws the same
+    problem for the same index (a group's completions may be spread over ranks).
+    """
+
+    def __init__(self, curriculum: Curriculum):
+        self.curriculum = curriculum
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        saved = (state.stateful_callbacks or {}).get(type(self).__name__)
+        if state.global_step > 0 and isinstance(saved, dict):  # resumed: the checkpoint's trainer_state.json
+            self.curriculum.controller.load_state(saved.get("attributes", {}).get("levels_and_windows", {}))
+            for task, level in self.curriculum.controller.levels.items():
+                self.curriculum.problems.set_level(task, level)
+            log.info("curriculum levels restored at step %d: %s", state.global_step, self.describe())
+        else:
+            log.info("curriculum levels at the start: %s", self.describe())
+
+    def on_step_end(self, args, state, control, **kwargs):
+        from accelerate.utils import gather_object
+
+        changed = self.curriculum.controller.observe(gather_object(self.curriculum.recorder.take()))
+        for task, level in changed.items():
+            self.curriculum.problems.set_level(task, level)
+            log.info("curriculum: %s moves to level %d at step %d", task, level, state.global_step)
+
+    def describe(self) -> str:
+        c = self.curriculum
+        text = ", ".join(f"{t} {lv}/{c.controller.top_levels[t]}" for t, lv in c.controller.levels.items())
+        return text + (f" (fixed difficulty, no curriculum: {', '.join(c.fixed)})" if c.fixed else "")
+
+    def state(self) -> dict:
+        return {"args": {}, "attributes": {"levels_and_windows": self.curriculum.controller.state()}}
