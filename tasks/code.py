@@ -238,6 +238,63 @@ TEMPLATES: dict[str, tuple[str, str, str, Any, Any]] = {
         lambda s, k, c: s == s[::-1],
         lambda rng: (rng.choice([_word(rng), "aba", "abba", "c"]),),
     ),
+    # Two-step problems: the embedded 135M model solves few of these greedily (the code preset's set).
+    "sum_of_digits": (
+        "sum_of_digits(n)",
+        "returns the sum of the decimal digits of the non-negative integer n",
+        "return sum(int(d) for d in str(n))",
+        lambda n, k, c: sum(int(d) for d in str(n)),
+        lambda rng: (rng.randint(0, 99999),),
+    ),
+    "sum_evens": (
+        "sum_evens(xs)",
+        "returns the sum of the even numbers in the list xs",
+        "return sum(x for x in xs if x % 2 == 0)",
+        lambda xs, k, c: sum(x for x in xs if x % 2 == 0),
+        lambda rng: (_int_list(rng),),
+    ),
+    "count_greater_k": (
+        "count_greater_than_{k}(xs)",
+        "returns how many numbers in the list xs are greater than {k}",
+        "return sum(1 for x in xs if x > {k})",
+        lambda xs, k, c: sum(x > k for x in xs),
+        lambda rng: (_int_list(rng),),
+    ),
+    "max_minus_min": (
+        "max_minus_min(xs)",
+        "returns the largest number in the non-empty list xs minus the smallest",
+        "return max(xs) - min(xs)",
+        lambda xs, k, c: max(xs) - min(xs),
+        lambda rng: (_int_list(rng),),
+    ),
+    "remove_char": (
+        "remove_{c}(s)",
+        "returns the string s with every letter '{c}' removed",
+        "return s.replace('{c}', '')",
+        lambda s, k, c: s.replace(c, ""),
+        lambda rng: (_word(rng),),
+    ),
+    "multiply_items_k": (
+        "multiply_items_by_{k}(xs)",
+        "returns a new list with every number of the list xs multiplied by {k}",
+        "return [x * {k} for x in xs]",
+        lambda xs, k, c: [x * k for x in xs],
+        lambda rng: (_int_list(rng),),
+    ),
+    "is_sorted": (
+        "is_sorted(xs)",
+        "returns True if the list xs is in non-decreasing order, else False",
+        "return all(a <= b for a, b in zip(xs, xs[1:]))",
+        lambda xs, k, c: all(a <= b for a, b in zip(xs, xs[1:])),
+        lambda rng: (rng.choice([_int_list(rng), sorted(_int_list(rng))]),),
+    ),
+    "clamp_k": (
+        "clamp_{k}(x)",
+        "returns x limited to the range 0 to {k}: 0 if x is below 0, {k} if x is above {k}, else x",
+        "return max(0, min(x, {k}))",
+        lambda x, k, c: max(0, min(x, k)),
+        lambda rng: (rng.randint(-20, 20),),
+    ),
 }
 
 

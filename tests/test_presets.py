@@ -34,8 +34,12 @@ def _run(tmp_path, preset: str, *overrides: str):
 
 def test_digits_preset_signed_reward_and_eval_before_and_after(tmp_path):
     _, evals, train = _run(tmp_path, "digits", "max_steps=2")
-    assert sorted(evals) == [0, 2]  # eval before and after training only
+    assert sorted(evals) == [0, 2]
     assert all(e["task"] == "sum_digits" for e in evals[0]["examples"])
+    # sized for the embedded model: two numbers of 1..99
+    for e in evals[0]["examples"]:
+        numbers = json.loads(e["question"].split("digit sum of ", 1)[1].rstrip("?"))
+        assert len(numbers) == 2 and all(1 <= n <= 99 for n in numbers)
     assert len(train) == 2
     for r in train:
         assert "train/rewards/format/mean" not in r  # correctness only
@@ -51,7 +55,13 @@ def test_gsm8k_preset_combined_reward_group_16_lora(tmp_path):
     assert {"train/rewards/correct_and_format/mean"} <= set(r) and "train/rewards/accuracy/mean" not in r
     assert -0.1 - 1e-6 <= r["train/rewards/correct_and_format/mean"] <= 1.0 + 1e-6  # float32 means
     config = (run_dir / "config.yaml").read_text()
-    assert "num_generations: 16" in config and "format_weight: 0.1" in config
+    assert "num_generations: 8" in config and "format_weight: 0.1" in config
+    # the recipe's own objective on the fixed eval: 1[correct] + 0.1 (1[format] - 1) per problem
+    for e in evals.values():
+        m = e["metrics"]
+        assert m["reward"] == pytest.approx(
+            sum(x["correct"] + 0.1 * (x["format_ok"] - 1) for x in e["examples"]) / len(e["examples"])
+        )
     assert (run_dir / "final" / "adapter_model.safetensors").is_file()  # LoRA, as the recipe
 
 
@@ -80,3 +90,70 @@ def test_rg_multitask_preset_weighted_tasks_and_variance_logging(tmp_path):
     assert len(train) == 2
     for r in train:
         assert 0.0 <= r["train/groups/reward_varied"] <= 1.0 and 0.0 <= r["train/groups/answer_varied"] <= 1.0
+
+
+def _compose(*overrides: str) -> dict:
+    from pathlib import Path
+
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    config_dir = str(Path(__file__).resolve().parents[1] / "config")
+    with initialize_config_dir(version_base="1.3", config_dir=config_dir):
+        return OmegaConf.to_container(compose("train", overrides=list(overrides)))
+
+
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        # the Monarch RL recipe: 2-4 numbers of 10..999, 7-digit reversals, 20 steps, 20 eval problems
+        (
+            ["experiment=digits_source"],
+            {
+                "dataset.tasks.sum_digits.config": {
+                    "min_numbers": 2,
+                    "max_numbers": 4,
+                    "min_value": 10,
+                    "max_value": 999,
+                },
+                "max_steps": 20,
+                "eval.size": 20,
+                "eval.every_n_steps": 0,
+            },
+        ),
+        (
+            ["experiment=digits_source", "dataset=reverse_digits_source"],
+            {"dataset.tasks.reverse_digits.config": {"min_value": 100000, "max_value": 9999999}},
+        ),
+        # tinker GSM8K: group 16, 256 tokens, LoRA r32 at 4e-5
+        (
+            ["experiment=gsm8k_source"],
+            {
+                "grpo.num_generations": 16,
+                "grpo.max_completion_length": 256,
+                "model.lora.r": 32,
+                "learning_rate": 4e-5,
+            },
+        ),
+        # the Q code recipe: every template, the reasoning format, 128 tokens, lr 2e-6, 15 problems / 25 steps
+        (
+            ["experiment=code_source"],
+            {
+                "dataset.prompt_format": "think",
+                "dataset.tasks.python_functions.config.templates": None,
+                "grpo.max_completion_length": 128,
+                "learning_rate": 2e-6,
+                "eval.size": 15,
+                "eval.every_n_steps": 25,
+            },
+        ),
+        (["experiment=rg_multitask_source"], {"max_steps": 100, "eval.size": 50, "eval.every_n_steps": 10}),
+    ],
+)
+def test_source_presets_restore_the_recipes_settings(overrides, expected):
+    cfg = _compose(*overrides)
+    for dotted, value in expected.items():
+        node = cfg
+        for key in dotted.split("."):
+            node = node[key]
+        assert node == value, dotted
