@@ -77,6 +77,8 @@ def test_the_cap_fills_the_batch_with_zero_signal_groups(tmp_path):
     assert len(reward.draws) == 3 and out["prompt_ids"].size(0) == 8
     assert not varied_groups(out["advantages"], 4).any()
     assert metrics(trainer) == {"groups_drawn": 6.0, "groups_kept": 0.0, "draws": 3.0, "cap_hit": 1.0}
+    # every draw without signal: the no-signal warning still reads frac_reward_zero_std = 1 for the step
+    assert trainer._metrics["train"]["frac_reward_zero_std"] == [1.0, 1.0, 1.0]
 
 
 def test_a_batch_with_signal_draws_once(tmp_path):
