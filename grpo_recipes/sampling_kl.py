@@ -13,10 +13,14 @@ the loss pass's own, detached. The cost is one logsumexp over the vocabulary per
 
 from __future__ import annotations
 
+import logging
+
 import torch
 from trl import GRPOTrainer
 
 from grpo_recipes.sampling_logprobs import SamplingLogprobRecorder
+
+log = logging.getLogger(__name__)
 
 # The output key carrying sampling log-probs through TRL's shuffle and split (NaN: no sampled token).
 # Not TRL's `sampling_per_token_logps`, which would change what the off-policy mask compares against.
@@ -70,6 +74,7 @@ class SamplingKLTrainer(GRPOTrainer):
         self._recorder.wrap(self.model)  # TRL generates with the unwrapped model: this one
         self._sampled_rows: list[torch.Tensor] | None = None
         self._loss_pass_logps: torch.Tensor | None = None
+        self._said_why_not = False
 
     def _generate_single_turn(
         self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False
@@ -84,6 +89,12 @@ class SamplingKLTrainer(GRPOTrainer):
             rows = [lp[: len(ids)] for lp, ids in zip(self._recorder.logprobs, completion_ids, strict=True)]
         else:
             rows = None
+            if not self._said_why_not:
+                self._said_why_not = True
+                log.info(
+                    "sampling/kl_sample_train_v1/v2 and ac_tokens_per_turn are not logged: %s",
+                    self._recorder.why_not or "this generation backend returns no sampling log-probs",
+                )
         self._sampled_rows = rows
         return completion_ids, logprobs
 
