@@ -237,6 +237,8 @@ SCHEMA: dict[str, Value] = {
     "grpo.mask_truncated_completions": BOOL,
     "grpo.fast_paths": Choice("auto", True, False),
     "grpo.no_signal_warning": STEPS,
+    "grpo.dynamic_sampling": BOOL,
+    "grpo.dynamic_sampling_max_draws": COUNT,
     "grpo.vllm_gpu_memory_utilization": Float(above=0, high=1),
 }
 # Groups whose every key is in SCHEMA (and required); "" is the top level. grpo is open to TRL's fields.
@@ -329,6 +331,19 @@ def check_batch(grpo: Mapping[str, Any], world_size: int) -> None:
         raise ConfigError(
             f"{where} = {batch} completions per generation batch is not divisible by grpo.num_generations "
             f"({num_generations}); TRL counts completions, not prompts. Use a multiple of {num_generations}."
+        )
+    if grpo.get("dynamic_sampling"):
+        check_dynamic_sampling(batch // world_size, num_generations, f"{where} / processes ({world_size})")
+
+
+def check_dynamic_sampling(per_process_batch: int, num_generations: int, where: str) -> None:
+    """Dynamic sampling filters groups on each process: each process's generation batch must hold whole
+    groups."""
+    if per_process_batch % num_generations:
+        raise ConfigError(
+            f"grpo.dynamic_sampling=true: {where} = {per_process_batch} completions per process is not a "
+            f"multiple of grpo.num_generations ({num_generations}), so a prompt group would span processes. "
+            f"Use a multiple of {num_generations}, or grpo.dynamic_sampling=false."
         )
 
 

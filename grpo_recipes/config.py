@@ -24,8 +24,8 @@ from grpo_recipes.hardware import Hardware, apply_hardware, detect_hardware
 # Top-level knobs that are GRPOConfig fields: `python train_grpo.py max_steps=100`.
 COMMON_KNOBS = ("max_steps", "learning_rate", "seed", "run_name", "output_dir", "report_to")
 SWITCHES = ("use_vllm",)
-# Keys of the grpo group read by the recipe, not by TRL (fast_paths.py, no_signal.py).
-RECIPE_KEYS = ("fast_paths", "no_signal_warning")
+# Keys of the grpo group read by the recipe, not by TRL (fast_paths.py, no_signal.py, dynamic_sampling.py).
+RECIPE_KEYS = ("fast_paths", "no_signal_warning", "dynamic_sampling", "dynamic_sampling_max_draws")
 
 
 def grpo_field_names() -> set[str]:

@@ -181,16 +181,16 @@ def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
     """GRPOTrainer with the recipe's callbacks, each built complete; TRL's own refusals as a ConfigError."""
     from transformers import TrainerControl
     from transformers.trainer_callback import ProgressCallback
-    from trl import GRPOTrainer
 
     from grpo_recipes.config import name_the_key
+    from grpo_recipes.dynamic_sampling import trainer_class
     from grpo_recipes.evaluation import FixedEvalCallback
     from grpo_recipes.no_signal import NoSignalWarning
     from grpo_recipes.outputs import ConciseProgressCallback, MetricsFileCallback
     from grpo_recipes.stopping import GracefulStop
 
     try:
-        trainer = GRPOTrainer(
+        trainer = trainer_class(cfg["grpo"])(
             model=s.model,
             reward_funcs=s.reward_funcs,
             args=s.args,

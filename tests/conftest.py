@@ -40,3 +40,34 @@ def run_train(
 
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def tiny_trainer(trainer_class, tmp_path, prompts, reward, model=None, trainer_kwargs=None, **config):
+    """A GRPO trainer on the tiny random model, fp32 on the CPU, ready for `_generate_and_score_completions`
+    and `compute_loss` outside the training loop."""
+    from datasets import Dataset
+    from trl import GRPOConfig
+
+    from grpo_recipes.tiny import tiny_model, tiny_tokenizer
+
+    tokenizer = tiny_tokenizer()
+    config = {
+        "per_device_train_batch_size": 8,
+        "num_generations": 4,
+        "max_completion_length": 12,
+        "activation_checkpointing": False,
+        **config,
+    }
+    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", seed=0, **config)
+    data = Dataset.from_list([{"prompt": [{"role": "user", "content": p}]} for p in prompts])
+    trainer = trainer_class(
+        model=model if model is not None else tiny_model(tokenizer, seed=3),
+        reward_funcs=reward,
+        args=args,
+        train_dataset=data,
+        processing_class=tokenizer,
+        **(trainer_kwargs or {}),
+    )
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = args.gradient_accumulation_steps  # set by the train loop
+    return trainer

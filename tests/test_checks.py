@@ -70,6 +70,21 @@ def test_cross_field_batch_rule_counts_processes():
     check_values(cfg, world_size=2)  # 4 x 2 processes = 8: one whole group
 
 
+def test_dynamic_sampling_needs_whole_groups_on_each_process():
+    cfg = composed()
+    cfg["grpo"].update(dynamic_sampling=True, per_device_train_batch_size=4)
+    with pytest.raises(
+        ConfigError,
+        match=r"grpo.dynamic_sampling=true: .* = 4 completions per process .* "
+        r"not a multiple of grpo.num_generations \(8\)",
+    ):
+        check_values(cfg, world_size=2)
+    cfg["grpo"]["per_device_train_batch_size"] = 8
+    check_values(cfg, world_size=2)
+    with pytest.raises(ConfigError, match="grpo.dynamic_sampling_max_draws=0: expected an integer >= 1"):
+        check_values({**cfg, "grpo": {**cfg["grpo"], "dynamic_sampling_max_draws": 0}}, world_size=2)
+
+
 def test_changed_keys_and_what_a_resume_may_change(tmp_path):
     saved = {"max_steps": 40, "eval": {"size": 8, "seed": 1}, "dataset": {"tasks": {"a": {"weight": 1}}}}
     now = {"max_steps": 80, "eval": {"size": 16, "seed": 1}, "dataset": {"tasks": {"a": {"weight": 1}}}}

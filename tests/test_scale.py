@@ -135,6 +135,7 @@ def test_two_process_cpu_run_writes_outputs_once(tmp_path):
         "max_steps=2",
         "eval.every_n_steps=1",
         "grpo.per_device_train_batch_size=8",
+        "grpo.dynamic_sampling=true",  # one group per process: the draw decisions are taken together
         f"output_root={tmp_path}",
         "run_name=ddp",
     ]
@@ -145,6 +146,10 @@ def test_two_process_cpu_run_writes_outputs_once(tmp_path):
     lines = read_jsonl(run / "metrics.jsonl")
     keys = [(r["step"], r["split"]) for r in lines if "train/reward" in r or r["split"] == "eval"]
     assert keys == [(0, "eval"), (1, "eval"), (1, "train"), (2, "eval"), (2, "train")]  # once each
+    for r in (r for r in lines if "train/reward" in r):  # both processes' groups counted
+        draws = r["train/dynamic_sampling/draws"]
+        assert r["train/dynamic_sampling/groups_drawn"] == 2 * draws
+        assert r["train/dynamic_sampling/groups_kept"] <= 2 and "train/sampling/kl_sample_train_v1" in r
     assert (run / "train.log").read_text().count("[eval step 0]") == 1
     ev = json.loads((run / "eval_results/eval_step_2.json").read_text())
     assert [e["index"] for e in ev["examples"]] == [0, 1, 2, 3, 4]  # both ranks' shards gathered
