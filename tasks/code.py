@@ -284,8 +284,8 @@ TEMPLATES: dict[str, tuple[str, str, str, Any, Any]] = {
     "is_sorted": (
         "is_sorted(xs)",
         "returns True if the list xs is in non-decreasing order, else False",
-        "return all(a <= b for a, b in zip(xs, xs[1:]))",
-        lambda xs, k, c: all(a <= b for a, b in zip(xs, xs[1:])),
+        "return xs == sorted(xs)",
+        lambda xs, k, c: xs == sorted(xs),
         lambda rng: (rng.choice([_int_list(rng), sorted(_int_list(rng))]),),
     ),
     "clamp_k": (
