@@ -36,10 +36,10 @@ def test_digits_preset_signed_reward_and_eval_before_and_after(tmp_path):
     _, evals, train = _run(tmp_path, "digits", "max_steps=2")
     assert sorted(evals) == [0, 2]
     assert all(e["task"] == "sum_digits" for e in evals[0]["examples"])
-    # sized for the embedded model: two numbers of 1..99
+    # sized for the embedded model: two numbers of 1..20
     for e in evals[0]["examples"]:
         numbers = json.loads(e["question"].split("digit sum of ", 1)[1].rstrip("?"))
-        assert len(numbers) == 2 and all(1 <= n <= 99 for n in numbers)
+        assert len(numbers) == 2 and all(1 <= n <= 20 for n in numbers)
     assert len(train) == 2
     for r in train:
         assert "train/rewards/format/mean" not in r  # correctness only
