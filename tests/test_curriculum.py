@@ -143,7 +143,10 @@ def test_curriculum_datasets_keep_the_fixed_eval_and_draw_rows_at_the_level():
     from grpo_recipes.data import build_datasets
 
     cfg = composed(
-        "dataset=sum_digits_source", "dataset.curriculum.enabled=true", "dataset.train_size=64", "eval.size=50"
+        "dataset=sum_digits_source",
+        "dataset.curriculum.enabled=true",
+        "dataset.train_size=64",
+        "eval.size=50",
     )
     _, _, fixed_eval = build_datasets(cfg["dataset"], cfg["eval"])
     _, train, eval_rows, curriculum = build_curriculum_datasets(cfg["dataset"], cfg["eval"])

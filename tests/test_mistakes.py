@@ -53,7 +53,11 @@ CASES = [
     ("choice", ["sandbox.isolation=none"], "sandbox.isolation=none: expected one of: full, basic"),
     ("group option", ["grpo=nosuch"], "grpo=nosuch: no such option. Options: bnpo, cispo, dapo"),
     ("group option", ["model=smollm2_13m"], "model=smollm2_13m: no such option. Did you mean: smollm2_135m?"),
-    ("group option", ["experiment=digit"], "experiment=digit: no such option. Did you mean: digits, digits_source?"),
+    (
+        "group option",
+        ["experiment=digit"],
+        "experiment=digit: no such option. Did you mean: digits, digits_source?",
+    ),
     ("group option", ["logger=wand"], "logger=wand: no such option. Did you mean: wandb?"),
     ("group option", ["dataset=arithmatic"], "dataset=arithmatic: no such option. Did you mean: arithmetic?"),
     ("group option", ["hydra/launcher=slrum"], "hydra/launcher=slrum: no such option. Did you mean: slurm?"),
