@@ -77,7 +77,8 @@ def main() -> None:
                 if logs and "completions/mean_length" in logs:
                     lengths.append(logs["completions/mean_length"])
 
-        trainer.add_callback(StepClock())
+        # first in line, so that a step's time ends before the fixed eval's callback runs the final eval
+        trainer.callback_handler.callbacks.insert(0, StepClock())
         train, ev = Timings(), Timings()
         train.wrap(trainer, "_generate", "generation")
         train.wrap(trainer, "_calculate_rewards", "rewards (sandbox included)")
