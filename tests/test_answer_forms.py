@@ -26,22 +26,19 @@ things a model writes; with this sample every task passes every form:
 from __future__ import annotations
 
 import functools
-import json
 
 import pytest
 
 from grpo_recipes.data import to_row
 from tasks.code import is_code_task
 from tasks.registry import KNOWN_UNSCORABLE, TaskSet, available_tasks
+from tests import test_task_registry as registry_walk
 
-SIZE = 3
-SEED = 20240607
+# The registry walk's entries and task files (qa_file, code_file), shared rather than copied.
+qa_path = registry_walk.qa_path  # a fixture
+SEED = registry_walk.SEED
+
 PROMPT_FORMATS = ("answer_tag", "plain")
-QA_ROWS = [
-    {"question": "What is 1,000 + 234?", "answer": "1,234"},
-    {"question": "Name the capital of France.", "answer": "Paris"},
-    {"question": "List the primes below 8.", "answer": "2, 3, 5, 7"},
-]
 # Fast subset, in the default run: a word answer, a number, a list, a grid, an expression, a sentence.
 FAST = ("syllogism", "basic_arithmetic", "number_sorting", "rotate_matrix", "puzzle24", "knights_knaves")
 
@@ -59,21 +56,14 @@ FORM_UNSCORABLE: dict[tuple[str, str], str] = {}
 TASKS = [n for n in available_tasks() if n not in KNOWN_UNSCORABLE and not is_code_task(n)]
 
 
-@pytest.fixture(scope="module")
-def qa_path(tmp_path_factory):
-    path = tmp_path_factory.mktemp("qa") / "qa.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in QA_ROWS))
-    return str(path)
-
-
 @functools.cache
 def _taskset(name: str, prompt_format: str, qa_path: str) -> TaskSet:
-    return TaskSet({name: {"config": {"path": qa_path} if name == "qa_file" else {}}}, prompt_format)
+    return TaskSet({name: {"config": registry_walk._config(name, qa_path)}}, prompt_format)
 
 
-@functools.cache
 def _rows(name: str, qa_path: str) -> list[dict]:
-    return [to_row(e, None) for e in _taskset(name, "plain", qa_path).sample(SIZE, seed=SEED)]
+    """The registry walk's entries (tests/test_task_registry.py) as training rows."""
+    return [to_row(e, None) for e in registry_walk._sample(name, qa_path)[1]]
 
 
 def _case(name: str, form: str):
