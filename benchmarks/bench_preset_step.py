@@ -15,10 +15,9 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
-from benchmarks.bench_step import Timings
+from benchmarks.bench_step import StepClock, Timings
 from benchmarks.common import ROOT, git_rev, machine
 
 
@@ -39,8 +38,6 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="train_grpo.py overrides, e.g. experiment=code")
     parser.add_argument("--steps", type=int, default=3)
     args = parser.parse_args()
-
-    from transformers import TrainerCallback
 
     from grpo_recipes import fast_paths
     from grpo_recipes.checks import check_config
@@ -63,22 +60,9 @@ def main() -> None:
             f"completions, max {g.max_completion_length} tokens; eval {len(setup.eval_rows)} problems"
         )
 
-        step_times: list[float] = []
-        lengths: list[float] = []
-
-        class StepClock(TrainerCallback):
-            def on_step_begin(self, a, state, control, **kw):
-                self.start = time.perf_counter()
-
-            def on_step_end(self, a, state, control, **kw):
-                step_times.append(time.perf_counter() - self.start)
-
-            def on_log(self, a, state, control, logs=None, **kw):
-                if logs and "completions/mean_length" in logs:
-                    lengths.append(logs["completions/mean_length"])
-
         # first in line, so that a step's time ends before the fixed eval's callback runs the final eval
-        trainer.callback_handler.callbacks.insert(0, StepClock())
+        clock = StepClock()
+        trainer.callback_handler.callbacks.insert(0, clock)
         train, ev = Timings(), Timings()
         train.wrap(trainer, "_generate", "generation")
         train.wrap(trainer, "_calculate_rewards", "rewards (sandbox included)")
@@ -90,6 +74,7 @@ def main() -> None:
         ev.wrap(evaluator, "run", "total")
         trainer.train()
 
+    step_times, lengths = clock.step_times, [log["completions/mean_length"] for log in clock.logs]
     n = len(step_times)
     mean, median = statistics.mean(step_times), statistics.median(step_times)
     print(f"\ntraining: {mean:.1f} s/step (mean of {n}; median {median:.1f})")

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import torch
 import yaml
+from transformers import TrainerCallback
 
 from benchmarks.common import default_setup, git_rev, machine
 
@@ -51,32 +52,33 @@ class Timings:
         setattr(obj, name, timed)
 
 
+class StepClock(TrainerCallback):
+    """Wall time of each training step, and each step's train log."""
+
+    def __init__(self):
+        self.step_times: list[float] = []
+        self.logs: list[dict] = []
+
+    def on_step_begin(self, args, state, control, **kw):
+        self.start = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kw):
+        self.step_times.append(time.perf_counter() - self.start)
+
+    def on_log(self, args, state, control, logs=None, **kw):
+        if logs and "completions/mean_length" in logs:
+            self.logs.append(dict(logs))
+
+
 def run_trainer(
     model, tokenizer, train, reward_funcs, kwargs, steps: int, timings: Timings | None, recipe: bool = False
 ):
     """recipe: with this package's fast paths (grpo_recipes.fast_paths), as train_grpo.py builds it."""
-    from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from grpo_recipes import fast_paths
 
-    step_times, tokens, seen = [], [], [0.0]
-
-    class StepClock(TrainerCallback):
-        def on_step_begin(self, args, state, control, **kw):
-            self.start = time.perf_counter()
-
-        def on_step_end(self, args, state, control, **kw):
-            step_times.append(time.perf_counter() - self.start)
-
-        def on_log(self, args, state, control, logs=None, **kw):
-            if logs and "completions/mean_length" in logs:
-                tokens.append(
-                    logs["completions/mean_length"]
-                    * args.per_device_train_batch_size
-                    * args.gradient_accumulation_steps
-                )
-                seen.append(float(logs["num_tokens"]))  # cumulative prompt + completion tokens
+    clock = StepClock()
 
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
@@ -97,7 +99,7 @@ def run_trainer(
             args=args,
             train_dataset=train,
             processing_class=tokenizer,
-            callbacks=[StepClock()],
+            callbacks=[clock],
         )
         if recipe:
             print("fast paths:", fast_paths.apply(trainer))
@@ -116,7 +118,10 @@ def run_trainer(
             trainer.create_optimizer = create_and_time
         trainer.train()
     peak_gpu = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else float("nan")
-    return Run(step_times, tokens, [b - a for a, b in itertools.pairwise(seen)], peak_gpu)
+    per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps
+    tokens = [log["completions/mean_length"] * per_step for log in clock.logs]
+    seen = [0.0] + [float(log["num_tokens"]) for log in clock.logs]  # cumulative prompt + completion tokens
+    return Run(clock.step_times, tokens, [b - a for a, b in itertools.pairwise(seen)], peak_gpu)
 
 
 @dataclass
