@@ -238,7 +238,7 @@ TEMPLATES: dict[str, tuple[str, str, str, Any, Any]] = {
         lambda s, k, c: s == s[::-1],
         lambda rng: (rng.choice([_word(rng), "aba", "abba", "c"]),),
     ),
-    # Two-step problems: the embedded 135M model solves few of these greedily (the code preset's set).
+    # Two-step problems, harder than the one-liners above (the code preset's set; base rate not yet measured).
     "sum_of_digits": (
         "sum_of_digits(n)",
         "returns the sum of the decimal digits of the non-negative integer n",
