@@ -239,6 +239,7 @@ def vllm_generator(trainer, s: Setup):
     """The fixed eval generates through the trainer's own vLLM engine (colocate or server) when it has one."""
     from grpo_recipes.generation import VLLMGenerator
 
+    log.info("fixed eval generates with the trainer's vLLM engine (%s)", trainer.vllm_generation.mode)
     return lambda model: VLLMGenerator(trainer.vllm_generation, s.tokenizer, model)
 
 
