@@ -1,9 +1,9 @@
 """Every extra of pyproject.toml resolves, together with the core pins, to exactly its pinned versions.
 
-For each extra: `pip install --dry-run --ignore-installed --report` of the core dependencies plus the
-extra's, resolved from the package index as a fresh environment would (nothing is installed). Fails
-when pip finds a conflict, or when a pinned package (`name==version`) resolves to another version.
-Needs the package index (CI has it).
+For each extra: `pip install --dry-run --report` of the core dependencies plus the extra's, in this
+environment (CI's: `make setup`'s fresh one); nothing is installed. What pip would install comes from
+its report, the rest is what is installed. Fails when pip finds a conflict, or when a pinned package
+(`name==version`) would end at another version. Needs the package index (CI has it).
 
     python .ci/check_extras.py [extra ...]      # default: every extra
 """
@@ -37,10 +37,10 @@ def pins(requirements: list[str]) -> dict[str, Version]:
 
 
 def resolve(requirements: list[str]) -> tuple[dict[str, Version] | None, str]:
-    """What pip would install for these in an empty environment: (name -> version, pip's output)."""
+    """The versions this environment would have after installing these: (name -> version, pip's output)."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
-        cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet"]
+        cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet"]
         proc = subprocess.run(
             [*cmd, "--report", str(report), *requirements], capture_output=True, text=True, timeout=900
         )

@@ -239,7 +239,6 @@ def vllm_generator(trainer, s: Setup):
     """The fixed eval generates through the trainer's own vLLM engine (colocate or server) when it has one."""
     from grpo_recipes.generation import VLLMGenerator
 
-    log.info("fixed eval generates with the trainer's vLLM engine (%s)", trainer.vllm_generation.mode)
     return lambda model: VLLMGenerator(trainer.vllm_generation, s.tokenizer, model)
 
 
@@ -261,6 +260,8 @@ def _train(cfg: dict[str, Any], run_dir: Path, s: Setup, training: Training) -> 
             else s.peft_config.target_modules,
         )
     log.info("Fast paths: %s", fast_paths.apply(trainer, cfg["grpo"].get("fast_paths", "auto")))
+    if s.args.use_vllm:
+        log.info("fixed eval generates with the trainer's vLLM engine (%s)", trainer.vllm_generation.mode)
     n_train = sum(t.numel() for t in trainer.model.parameters() if t.requires_grad)
     n_all = sum(t.numel() for t in trainer.model.parameters())
     log.info(
