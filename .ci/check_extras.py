@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from importlib.metadata import distributions
 from pathlib import Path
 
 import tomllib
@@ -47,7 +48,10 @@ def resolve(requirements: list[str]) -> tuple[dict[str, Version] | None, str]:
         if proc.returncode != 0:
             return None, proc.stdout + proc.stderr
         installs = json.loads(report.read_text())["install"]
-    resolved = {canonicalize_name(i["metadata"]["name"]): Version(i["metadata"]["version"]) for i in installs}
+    resolved = {canonicalize_name(d.metadata["Name"]): Version(d.version) for d in distributions()}
+    resolved.update(  # what pip would add or change
+        {canonicalize_name(i["metadata"]["name"]): Version(i["metadata"]["version"]) for i in installs}
+    )
     return resolved, proc.stdout + proc.stderr
 
 

@@ -81,8 +81,12 @@ def torch_dtype(name: str, on_gpu: bool):
 
 def _load_model(local: str, kwargs: dict[str, Any]):
     """from_pretrained; a checkpoint a sharding engine saved as shards (ZeRO-3, FSDP) is read through the
-    engine's own converter first (weights.py)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    engine's own converter first (weights.py), then loaded as any model directory is."""
+    import shutil
+    import tempfile
+
+    import torch
+    from transformers import AutoModelForCausalLM
 
     from grpo_recipes import weights
 
@@ -91,9 +95,12 @@ def _load_model(local: str, kwargs: dict[str, Any]):
         return AutoModelForCausalLM.from_pretrained(local, **kwargs)
     log.info("%s holds %s shards and no weights file: consolidating them to load", local, kind)
     state_dict = weights.consolidated_state_dict(Path(local))
-    return AutoModelForCausalLM.from_pretrained(
-        None, config=AutoConfig.from_pretrained(local), state_dict=state_dict, **kwargs
-    )
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in ("config.json", "generation_config.json"):
+            if (Path(local) / name).is_file():
+                shutil.copy(Path(local) / name, tmp)
+        torch.save(state_dict, Path(tmp) / "pytorch_model.bin")  # tied weights share storage: not safetensors
+        return AutoModelForCausalLM.from_pretrained(tmp, **kwargs)
 
 
 def load_model_and_tokenizer(model_cfg: dict[str, Any], on_gpu: bool, seed: int = 0):
