@@ -142,7 +142,7 @@ def test_two_process_cpu_run_writes_outputs_once(tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp_path / "ddp"
-    assert "cpu x2" in (run / "train.log").read_text()
+    assert "cpu x2, DDP" in (run / "train.log").read_text()  # the engine that runs, named
     lines = read_jsonl(run / "metrics.jsonl")
     keys = [(r["step"], r["split"]) for r in lines if "train/reward" in r or r["split"] == "eval"]
     assert keys == [(0, "eval"), (1, "eval"), (1, "train"), (2, "eval"), (2, "train")]  # once each
