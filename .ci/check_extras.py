@@ -43,7 +43,7 @@ def resolve(requirements: list[str]) -> tuple[dict[str, Version] | None, str]:
         report = Path(tmp) / "report.json"
         cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet"]
         proc = subprocess.run(
-            [*cmd, "--report", str(report), *requirements], capture_output=True, text=True, timeout=900
+            [*cmd, "--report", str(report), *requirements], capture_output=True, text=True, timeout=1800
         )
         if proc.returncode != 0:
             return None, proc.stdout + proc.stderr

@@ -234,6 +234,18 @@ def launch(config: Path, *overrides: str) -> subprocess.Popen:
     )
 
 
+def finish(launcher: subprocess.Popen, timeout: int = 900) -> str:
+    """The launch's output; on a timeout its workers and the launcher are killed, not left behind."""
+    import psutil
+
+    try:
+        return launcher.communicate(timeout=timeout)[0]
+    except subprocess.TimeoutExpired:
+        for proc in [*psutil.Process(launcher.pid).children(recursive=True), launcher]:
+            proc.kill()
+        raise
+
+
 def rank0_worker(launcher: subprocess.Popen):
     import psutil
 
@@ -251,8 +263,7 @@ def stop_rank0_after_first_step(launcher: subprocess.Popen, metrics: Path) -> st
             rank0_worker(launcher).send_signal(signal.SIGTERM)
             break
         time.sleep(0.1)
-    out, _ = launcher.communicate(timeout=600)
-    return out
+    return finish(launcher)
 
 
 @pytest.mark.slow
@@ -286,7 +297,7 @@ def test_deepspeed_two_processes_train_stop_resume_save_and_reevaluate(preset, t
 
     end = stopped + 2
     resumed = launch(config, *common, "resume=true", f"max_steps={end}")
-    rout, _ = resumed.communicate(timeout=900)
+    rout = finish(resumed)
     assert resumed.returncode == 0, rout[-3000:]
     lines = read_jsonl(run / "metrics.jsonl")
     train = [r for r in lines if "train/loss" in r]
