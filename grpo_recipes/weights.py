@@ -82,17 +82,16 @@ def save_final_model(trainer, out_dir: Path) -> None:
     trainer.save_model(str(out_dir))
     accelerator.wait_for_everyone()  # every rank's shards are written before they are read
     if accelerator.is_main_process and sharded_format(out_dir) == "deepspeed":
-        consolidate_zero_checkpoint(out_dir)
+        consolidate_zero_checkpoint(out_dir, accelerator.unwrap_model(trainer.model))
     accelerator.wait_for_everyone()
 
 
-def consolidate_zero_checkpoint(path: Path) -> None:
+def consolidate_zero_checkpoint(path: Path, model) -> None:
     """Turn a directory DeepSpeed saved as ZeRO shards into fp32 safetensors, in place; the shards go
-    (the final model is not resumed: checkpoint-<N>/ keep DeepSpeed's resumable state)."""
-    from deepspeed.utils.zero_to_fp32 import convert_zero_checkpoint_to_fp32_state_dict
-
+    (the final model is not resumed: checkpoint-<N>/ keep DeepSpeed's resumable state). save_pretrained
+    writes them, as it handles tied weights (safetensors refuses tensors sharing memory)."""
     tag = (path / ZERO_TAG_FILE).read_text().strip()
-    convert_zero_checkpoint_to_fp32_state_dict(str(path), str(path), safe_serialization=True)
+    model.save_pretrained(path, state_dict=consolidated_state_dict(path))
     shutil.rmtree(path / tag)
     for name in (ZERO_TAG_FILE, "zero_to_fp32.py", "zero_to_torch.py"):  # DeepSpeed's recovery scripts
         (path / name).unlink(missing_ok=True)
