@@ -4,12 +4,17 @@ end, as shipped, the way a user runs it; one table.
     python -m benchmarks.presets                      # every preset, seed 0
     python -m benchmarks.presets --seeds 0 1          # and a second seed (the sign must hold)
     python -m benchmarks.presets --only digits        # one preset (a name from PRESETS)
-    python -m benchmarks.presets --write              # also put the table into RESULTS.md and the README
+    python -m benchmarks.presets --write              # also record the rows and put the table into
+                                                      # RESULTS.md and the README
 
 Per run: the fixed eval's headline metric (accuracy; pass@1 for code) at step 0 and at the end,
 the gain in points, the recipe's own reward on the fixed eval where the preset names one, wall
 minutes (set-up excluded: from the process start to the end, minus the model's first load),
 seconds per training step, and the peak RSS of the run.
+
+With --write each row is recorded in benchmarks/presets.json under its preset and seed (with the
+commit and the machine it ran on), replacing an older row of the same pair, and the table written
+holds every recorded row: presets measured one at a time add up to one table.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ PRESETS: dict[str, tuple[list[str], str]] = {
     "rg_multitask": (["experiment=rg_multitask"], "accuracy"),
 }
 MARK_BEGIN, MARK_END = "<!-- presets table: begin -->", "<!-- presets table: end -->"
+RECORD = ROOT / "benchmarks/presets.json"
 
 
 def run_preset(name: str, seed: int, out: Path) -> dict:
@@ -127,6 +133,27 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def record(rows: list[dict], command: str) -> list[dict]:
+    """Add these rows to RECORD (a row per preset and seed, the newest wins); return all its rows."""
+    recorded = json.loads(RECORD.read_text()) if RECORD.exists() else []
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    stamp = {"command": command, "commit": commit, "machine": machine(), "date": time.strftime("%Y-%m-%d")}
+    new = {(r["preset"], r["seed"]): {**r, **stamp} for r in rows}
+    kept = [r for r in recorded if (r["preset"], r["seed"]) not in new]
+    order = {name: i for i, name in enumerate(PRESETS)}
+    merged = sorted(kept + list(new.values()), key=lambda r: (order.get(r["preset"], len(order)), r["seed"]))
+    RECORD.write_text(json.dumps(merged, indent=1) + "\n")
+    return merged
+
+
+def provenance(rows: list[dict]) -> str:
+    """One line per distinct command/commit/machine behind the rows."""
+    seen = dict.fromkeys(f"`{r['command']}` at {r['commit']}, {r['date']}, on {r['machine']}" for r in rows)
+    return "\n".join(f"- {line}" for line in seen)
+
+
 def write_between_marks(path: Path, text: str) -> None:
     content = path.read_text()
     if MARK_BEGIN not in content:
@@ -160,9 +187,9 @@ def main() -> None:
     text = table(rows)
     print(text)
     if args.write:
-        stamp = f"`python -m benchmarks.presets {' '.join(sys.argv[1:])}` on {machine()}"
+        rows = record(rows, f"python -m benchmarks.presets {' '.join(sys.argv[1:])}")
         for path in (ROOT / "benchmarks/RESULTS.md", ROOT / "README.md"):
-            write_between_marks(path, f"{stamp}\n\n{text}")
+            write_between_marks(path, f"{table(rows)}\n\nMeasured by:\n{provenance(rows)}")
 
 
 if __name__ == "__main__":
