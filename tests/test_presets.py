@@ -108,8 +108,8 @@ def _compose(*overrides: str) -> dict:
 
 
 _RECIPE_SUM_PROMPT = (
-    "Add up every digit of every number in the list. Work step by step, then end with the final answer on its "
-    "own line as: [ANSWER] <number>\nExample: What is the total digit sum of [123, 45, 67]?\n"
+    "Add up every digit of every number in the list. Work step by step, then end with the final answer "
+    "on its own line as: [ANSWER] <number>\nExample: What is the total digit sum of [123, 45, 67]?\n"
     "1+2+3 = 6, 4+5 = 9, 6+7 = 13, and 6+9+13 = 28.\n[ANSWER] 28"
 )
 
@@ -157,11 +157,23 @@ _RECIPE_SUM_PROMPT = (
                 "dataset.tasks.python_functions.config.templates": None,
                 "grpo.max_completion_length": 128,
                 "learning_rate": 2e-6,
+                "grpo.per_device_train_batch_size": 16,
                 "eval.size": 15,
                 "eval.every_n_steps": 25,
             },
         ),
-        (["experiment=rg_multitask_source"], {"max_steps": 100, "eval.size": 50, "eval.every_n_steps": 10}),
+        (
+            ["experiment=rg_multitask_source"],
+            {
+                "max_steps": 100,
+                "learning_rate": 1e-5,
+                "eval.size": 50,
+                "eval.every_n_steps": 10,
+                "dataset.tasks.basic_arithmetic.config.operators": ["+", "-"],
+                "dataset.tasks.basic_arithmetic.config.max_terms": 6,
+                "dataset.tasks.syllogism.weight": 1.0,
+            },
+        ),
     ],
 )
 def test_source_presets_restore_the_recipes_settings(overrides, expected):
