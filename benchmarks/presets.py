@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import re
-import resource
 import subprocess
 import sys
 import tempfile
@@ -55,16 +54,25 @@ def run_preset(name: str, seed: int, out: Path) -> dict:
         f"output_root={out}",
         f"run_name={run_name}",
     ]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     start = time.time()
-    proc = subprocess.run(
-        cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"}
-    )
-    seconds = time.time() - start
-    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    with tempfile.TemporaryFile("w+") as output:
+        proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
+        )
+        # wait4: this run's own peak RSS (RUSAGE_CHILDREN would hold the largest of all runs so far)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        seconds = time.time() - start
+        output.seek(0)
+        printed = output.read()
     run_dir = out / run_name
     if proc.returncode != 0:
-        return {"preset": name, "seed": seed, "error": (proc.stderr or proc.stdout).strip().splitlines()[-1:]}
+        return {"preset": name, "seed": seed, "error": printed.strip().splitlines()[-1:]}
     evals = {
         int(p.stem.rsplit("_", 1)[1]): json.loads(p.read_text())["metrics"]
         for p in (run_dir / "eval_results").glob("eval_step_*.json")
@@ -85,7 +93,7 @@ def run_preset(name: str, seed: int, out: Path) -> dict:
         "reward": (evals[first].get("reward"), evals[last].get("reward")),
         "minutes": (seconds - setup) / 60,
         "s_per_step": sum(step_times) / len(step_times) if step_times else None,
-        "peak_rss_gib": (max(before, peak_kib)) / 2**20,
+        "peak_rss_gib": usage.ru_maxrss / 2**20,  # KiB on Linux
     }
 
 
