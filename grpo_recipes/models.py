@@ -54,8 +54,8 @@ def unreachable_message(repo_id: str, why: str) -> str:
     return (
         f"model.path '{repo_id}' is a hub id that is not in the local cache, and it cannot be downloaded: "
         f"{why}. On a machine with network: `hf download {repo_id}` (a gated model such as Llama: accept "
-        "its license on the hub, then `hf auth login`), then copy ~/.cache/huggingface here (or set HF_HOME), "
-        "or pass model=<a local directory with the model>"
+        "its license on the hub, then `hf auth login`), then copy ~/.cache/huggingface here "
+        "(or set HF_HOME), or pass model=<a local directory with the model>"
     )
 
 
