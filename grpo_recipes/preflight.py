@@ -264,7 +264,9 @@ def check_search(line: CommandLine) -> None:
     """hparams_search= needs the Optuna sweeper plugin, an optional extra."""
     import importlib.util
 
-    searched = [o for o in line.overrides if o.lstrip("+").startswith("hparams_search=")]
+    searched = [
+        o for o in line.overrides if o.lstrip("+").startswith("hparams_search=") and not o.endswith("=null")
+    ]
     if searched and importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is None:
         raise ConfigError(
             f"{searched[0]}: the search runs on Optuna's Hydra sweeper, which is not installed: "
