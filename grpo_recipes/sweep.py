@@ -1,4 +1,5 @@
-"""Sweep summary: the jobs of a multirun directory ranked by their latest fixed-eval accuracy.
+"""Sweep summary: the jobs of a multirun directory ranked by their latest fixed-eval accuracy (an Optuna
+search, hparams_search=: by the objective it optimized, with objective.png, the objective per trial).
 
 Written automatically when a `-m` sweep ends (a Hydra callback, see config/train.yaml), and on
 demand for any sweep directory, finished or still running:
@@ -82,14 +83,15 @@ def summarize_sweep(sweep_dir: str | Path) -> Path:
     lines = [
         f"# Sweep summary: {sweep_dir.name}",
         "",
-        (
-            f"{len(rows)} jobs, {sum(r['finished'] for r in rows)} finished; ranked by their latest "
-            "fixed-eval "
-            "accuracy."
+        f"{len(rows)} jobs, {sum(r['finished'] for r in rows)} finished; ranked by "
+        + (
+            f"the objective the search optimized ({direction} {metrics[0]}, of the final fixed eval)."
+            if by_objective
+            else "their latest fixed-eval accuracy."
         ),
         "",
-        "| rank | job | overrides | final accuracy | at step | baseline | change | status |",
-        "|---:|---|---|---:|---:|---:|---:|---|",
+        "| rank | job | overrides | final accuracy | at step | baseline | change | objective | status |",
+        "|---:|---|---|---:|---:|---:|---:|---:|---|",
     ]
     for i, r in enumerate(rows, 1):
         change = "" if r["final"] is None else f"{(r['final'] - r['baseline']) * 100:+.1f} pts"

@@ -54,7 +54,7 @@ def test_preset_composes_with_its_hub_id_and_gpu_settings(preset):
     assert composed(preset, "experiment=gsm8k")["grpo"]["per_device_train_batch_size"] == 16
 
 
-# peft calls transformers' deprecated is_gradient_checkpointing while wrapping (peft 0.21.2, transformers 5.23)
+# peft 0.21.2 calls transformers 5.23's deprecated is_gradient_checkpointing when it wraps a model
 @pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing.*:FutureWarning")
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_preset_keys_are_valid_for_the_architecture(preset):
@@ -85,7 +85,9 @@ def test_preset_keys_are_valid_for_the_architecture(preset):
     assert targets == TARGET_MODULES[model_type]  # what `auto` would pick too
     lora = LoraConfig(r=cfg["lora"]["r"], lora_alpha=int(cfg["lora"]["alpha"]), target_modules=targets)
     peft_model = get_peft_model(model, lora)
-    wrapped = {n.split(".")[-2] for n, _ in peft_model.named_parameters() if "lora_A" in n}
+    wrapped = {
+        n.split(".lora_A")[0].rsplit(".", 1)[-1] for n, _ in peft_model.named_parameters() if ".lora_A" in n
+    }
     assert wrapped == set(targets)
 
 

@@ -49,6 +49,11 @@ def test_a_search_summary_ranks_by_the_objective_in_its_direction_and_plots_it(t
     assert [r.split("|")[2].strip() for r in rows] == ["1", "0", "2", "3"]  # minimize, unfinished last
     assert "| mean_score 0.25 |" in rows[0]
     assert "Best: job 1, mean_score 0.25 (`learning_rate=1e-4`)" in summary
+    assert "ranked by the objective the search optimized (minimize mean_score" in summary
+    assert (
+        "| rank | job | overrides | final accuracy | at step | baseline | change | objective | status |"
+        in summary
+    )
     assert (tmp_path / "objective.png").read_bytes()[:4] == b"\x89PNG"
 
 
