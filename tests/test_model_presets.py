@@ -103,3 +103,19 @@ def test_offline_a_hub_preset_fails_with_one_message_saying_what_to_do(monkeypat
     message = str(err.value)
     assert "Qwen/Qwen2.5-0.5B-Instruct" in message and "HF_HUB_OFFLINE" in message
     assert "hf download Qwen/Qwen2.5-0.5B-Instruct" in message and "\n" not in message
+
+
+def test_when_the_hub_cannot_be_reached_loading_says_what_to_do(monkeypatch):
+    import transformers
+
+    from grpo_recipes.models import load_model_and_tokenizer
+
+    def unreachable(*args, **kwargs):
+        raise OSError("We couldn't connect to 'https://huggingface.co' to load the files\nmore")
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", unreachable)
+    with pytest.raises(ConfigError) as err:
+        load_model_and_tokenizer(composed("llama3_2_1b")["model"], on_gpu=False)
+    message = str(err.value)
+    assert "the hub could not be reached (We couldn't connect to 'https://huggingface.co'" in message
+    assert "hf download meta-llama/Llama-3.2-1B-Instruct" in message and "gated" in message
