@@ -88,6 +88,7 @@ def test_a_users_run_with_trl_names_trackio_and_samples(tmp_path):
             "PYTHONPATH": os.pathsep.join([str(tmp_path / "guard"), os.environ.get("PYTHONPATH", "")]),
             "NETWORK_LOG": str(tmp_path / "network.log"),
         },
+        timeout=1800,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp_path / "mine"
@@ -130,7 +131,7 @@ def test_optuna_search_of_three_trials_ends_with_a_best_value_and_resumes(tmp_pa
         *TINY[:3],
         "max_steps=1",
     ]
-    proc = run_train(*search)
+    proc = run_train(*search, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-3000:]
     sweep = tmp_path / "s-lr_beta"
     best = yaml.safe_load((sweep / "optimization_results.yaml").read_text())
@@ -143,7 +144,7 @@ def test_optuna_search_of_three_trials_ends_with_a_best_value_and_resumes(tmp_pa
     assert (sweep / "objective.png").read_bytes()[:4] == b"\x89PNG"
     # the same command with one more trial wanted: the study continues, trials 0-2 are left as they were
     before = {j: (sweep / j / "train_results.json").read_text() for j in "012"}
-    proc = run_train(*[a.replace("n_trials=3", "n_trials=4") for a in search])
+    proc = run_train(*[a.replace("n_trials=3", "n_trials=4") for a in search], timeout=1800)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "3 trials complete, 1 to go" in proc.stdout + proc.stderr
     assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0", "1", "2", "3"]
