@@ -149,3 +149,12 @@ def test_optuna_search_of_three_trials_ends_with_a_best_value_and_resumes(tmp_pa
     assert "3 trials complete, 1 to go" in proc.stdout + proc.stderr
     assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0", "1", "2", "3"]
     assert {j: (sweep / j / "train_results.json").read_text() for j in "012"} == before
+
+
+def test_a_search_without_multirun_is_one_clear_message():
+    from grpo_common.errors import ConfigError
+
+    with pytest.raises(
+        ConfigError, match=r"runs many jobs: add -m, as in `python train_grpo.py -m hparams_search"
+    ):
+        check(["train_grpo.py", "hparams_search=lr_beta", "model=tiny_random"], CONFIG)
