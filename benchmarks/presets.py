@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from benchmarks.common import ROOT, machine
+from grpo_recipes.report import load_evals
 
 # name -> (overrides, headline metric)
 PRESETS: dict[str, tuple[list[str], str]] = {
@@ -73,10 +74,7 @@ def run_preset(name: str, seed: int, out: Path) -> dict:
     run_dir = out / run_name
     if proc.returncode != 0:
         return {"preset": name, "seed": seed, "error": printed.strip().splitlines()[-1:]}
-    evals = {
-        int(p.stem.rsplit("_", 1)[1]): json.loads(p.read_text())["metrics"]
-        for p in (run_dir / "eval_results").glob("eval_step_*.json")
-    }
+    evals = {step: ev["metrics"] for step, ev in load_evals(run_dir).items()}
     first, last = min(evals), max(evals)
     train = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     step_times = [r["train/step_time"] for r in train if "train/step_time" in r]

@@ -25,6 +25,15 @@ EVAL_METRICS = [
 ]
 
 
+def load_evals(run_dir: Path) -> dict[int, dict[str, Any]]:
+    """The run's fixed evals (eval_results/eval_step_<N>.json), by step in order."""
+    evals = {}
+    for path in (Path(run_dir) / "eval_results").glob("eval_step_*.json"):
+        ev = json.loads(path.read_text())
+        evals[int(ev["step"])] = ev
+    return dict(sorted(evals.items()))
+
+
 def load_run(run_dir: Path) -> dict[str, Any]:
     lines = []
     if (run_dir / "metrics.jsonl").exists():
@@ -33,10 +42,6 @@ def load_run(run_dir: Path) -> dict[str, Any]:
                 lines.append(json.loads(line))
             except json.JSONDecodeError:  # a line cut by a crash: skip it, keep the rest
                 continue
-    evals = {}
-    for path in (run_dir / "eval_results").glob("eval_step_*.json"):
-        ev = json.loads(path.read_text())
-        evals[int(ev["step"])] = ev
     results = (
         json.loads((run_dir / "train_results.json").read_text())
         if (run_dir / "train_results.json").exists()
@@ -44,7 +49,7 @@ def load_run(run_dir: Path) -> dict[str, Any]:
     )
     return {
         "train": [r for r in lines if r.get("split") == "train" and "train/reward" in r],
-        "evals": dict(sorted(evals.items())),
+        "evals": load_evals(run_dir),
         "results": results,
     }
 

@@ -5,7 +5,6 @@ then train (or evaluate) and write the outputs. Nothing is written before everyt
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import sys
@@ -169,8 +168,10 @@ def _eval_only(cfg: dict[str, Any], run_dir: Path, s: Setup) -> float:
 
 def finished_objective(run_dir: Path, metric: str) -> float:
     """A finished run's objective, read back from its last fixed eval (a search that resumes)."""
-    evals = {int(p.stem.rsplit("_", 1)[1]): p for p in (run_dir / "eval_results").glob("eval_step_*.json")}
-    return float(json.loads(evals[max(evals)].read_text())["metrics"][metric]) if evals else 0.0
+    from grpo_recipes.report import load_evals
+
+    evals = load_evals(run_dir)
+    return float(evals[max(evals)]["metrics"][metric]) if evals else 0.0
 
 
 @dataclass(frozen=True)

@@ -67,9 +67,8 @@ class SampleRecorder(TrainerCallback):
         report_to: list[str] | None = None,
     ):
         self.path, self.every, self.count = Path(path), every, count
-        self.judge = (
-            judge  # TaskSet.judge with the response prefix: the extracted answer, as the reward read it
-        )
+        # TaskSet.judge with the response prefix: the extracted answer, as the reward read it
+        self.judge = judge
         self.max_completion_length = max_completion_length
         self.eos_token_ids = eos_token_ids
         self.report_to = report_to or []
@@ -97,10 +96,9 @@ class SampleRecorder(TrainerCallback):
         batch = self.pending.get(step)
         if batch is None:
             n = min(self.count, len(completions))
+            # TRL hands every reward the same list (its id marks the batch): later batches are skipped
             batch = self.pending[step] = {
-                "id": id(
-                    completions
-                ),  # TRL hands every reward the same list: later batches of the step are skipped
+                "id": id(completions),
                 "prompts": prompts[:n],
                 "completions": completions[:n],
                 "ids": list(completion_ids[:n]) if completion_ids is not None else [None] * n,
