@@ -4,12 +4,17 @@ end, as shipped, the way a user runs it; one table.
     python -m benchmarks.presets                      # every preset, seed 0
     python -m benchmarks.presets --seeds 0 1          # and a second seed (the sign must hold)
     python -m benchmarks.presets --only digits        # one preset (a name from PRESETS)
-    python -m benchmarks.presets --write              # also put the table into RESULTS.md and the README
+    python -m benchmarks.presets --write              # also record the rows and put the table into
+                                                      # RESULTS.md and the README
 
 Per run: the fixed eval's headline metric (accuracy; pass@1 for code) at step 0 and at the end,
 the gain in points, the recipe's own reward on the fixed eval where the preset names one, wall
 minutes (set-up excluded: from the process start to the end, minus the model's first load),
 seconds per training step, and the peak RSS of the run.
+
+With --write each row is recorded in benchmarks/presets.json under its preset and seed (with the
+commit and the machine it ran on), replacing an older row of the same pair, and the table written
+holds every recorded row: presets measured one at a time add up to one table.
 """
 
 from __future__ import annotations
@@ -18,7 +23,6 @@ import argparse
 import json
 import os
 import re
-import resource
 import subprocess
 import sys
 import tempfile
@@ -26,6 +30,7 @@ import time
 from pathlib import Path
 
 from benchmarks.common import ROOT, machine
+from grpo_recipes.report import load_evals
 
 # name -> (overrides, headline metric)
 PRESETS: dict[str, tuple[list[str], str]] = {
@@ -36,6 +41,7 @@ PRESETS: dict[str, tuple[list[str], str]] = {
     "rg_multitask": (["experiment=rg_multitask"], "accuracy"),
 }
 MARK_BEGIN, MARK_END = "<!-- presets table: begin -->", "<!-- presets table: end -->"
+RECORD = ROOT / "benchmarks/presets.json"
 
 
 def run_preset(name: str, seed: int, out: Path) -> dict:
@@ -49,20 +55,26 @@ def run_preset(name: str, seed: int, out: Path) -> dict:
         f"output_root={out}",
         f"run_name={run_name}",
     ]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     start = time.time()
-    proc = subprocess.run(
-        cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"}
-    )
-    seconds = time.time() - start
-    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    with tempfile.TemporaryFile("w+") as output:
+        proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
+        )
+        # wait4: this run's own peak RSS (RUSAGE_CHILDREN would hold the largest of all runs so far)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        seconds = time.time() - start
+        output.seek(0)
+        printed = output.read()
     run_dir = out / run_name
     if proc.returncode != 0:
-        return {"preset": name, "seed": seed, "error": (proc.stderr or proc.stdout).strip().splitlines()[-1:]}
-    evals = {
-        int(p.stem.rsplit("_", 1)[1]): json.loads(p.read_text())["metrics"]
-        for p in (run_dir / "eval_results").glob("eval_step_*.json")
-    }
+        return {"preset": name, "seed": seed, "error": printed.strip().splitlines()[-1:]}
+    evals = {step: ev["metrics"] for step, ev in load_evals(run_dir).items()}
     first, last = min(evals), max(evals)
     train = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     step_times = [r["train/step_time"] for r in train if "train/step_time" in r]
@@ -79,7 +91,7 @@ def run_preset(name: str, seed: int, out: Path) -> dict:
         "reward": (evals[first].get("reward"), evals[last].get("reward")),
         "minutes": (seconds - setup) / 60,
         "s_per_step": sum(step_times) / len(step_times) if step_times else None,
-        "peak_rss_gib": (max(before, peak_kib)) / 2**20,
+        "peak_rss_gib": usage.ru_maxrss / 2**20,  # KiB on Linux
     }
 
 
@@ -127,6 +139,27 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def record(rows: list[dict], command: str) -> list[dict]:
+    """Add these rows to RECORD (a row per preset and seed, the newest wins); return all its rows."""
+    recorded = json.loads(RECORD.read_text()) if RECORD.exists() else []
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    stamp = {"command": command, "commit": commit, "machine": machine(), "date": time.strftime("%Y-%m-%d")}
+    new = {(r["preset"], r["seed"]): {**r, **stamp} for r in rows}
+    kept = [r for r in recorded if (r["preset"], r["seed"]) not in new]
+    order = {name: i for i, name in enumerate(PRESETS)}
+    merged = sorted(kept + list(new.values()), key=lambda r: (order.get(r["preset"], len(order)), r["seed"]))
+    RECORD.write_text(json.dumps(merged, indent=1) + "\n")
+    return merged
+
+
+def provenance(rows: list[dict]) -> str:
+    """One line per distinct command/commit/machine behind the rows."""
+    seen = dict.fromkeys(f"`{r['command']}` at {r['commit']}, {r['date']}, on {r['machine']}" for r in rows)
+    return "\n".join(f"- {line}" for line in seen)
+
+
 def write_between_marks(path: Path, text: str) -> None:
     content = path.read_text()
     if MARK_BEGIN not in content:
@@ -160,9 +193,9 @@ def main() -> None:
     text = table(rows)
     print(text)
     if args.write:
-        stamp = f"`python -m benchmarks.presets {' '.join(sys.argv[1:])}` on {machine()}"
+        rows = record(rows, f"python -m benchmarks.presets {' '.join(sys.argv[1:])}")
         for path in (ROOT / "benchmarks/RESULTS.md", ROOT / "README.md"):
-            write_between_marks(path, f"{stamp}\n\n{text}")
+            write_between_marks(path, f"{table(rows)}\n\nMeasured by:\n{provenance(rows)}")
 
 
 if __name__ == "__main__":

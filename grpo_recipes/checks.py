@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from grpo_common.errors import ConfigError
+from grpo_recipes.trl_names import MODEL_FIELDS, trl_hint
 
 DTYPE_NAMES = ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
 
@@ -151,6 +152,9 @@ SCHEMA: dict[str, Value] = {
     "use_vllm": BOOL,
     "eval_only": BOOL,
     "report_to": Value("str_or_list"),
+    "log_samples_every": STEPS,
+    "log_samples_count": COUNT,
+    "optimized_metric": STR,
     # eval
     "eval.size": COUNT,
     "eval.seed": Int(0),
@@ -276,6 +280,27 @@ def check_values(cfg: Mapping[str, Any], world_size: int | None = None) -> None:
                 f"dataset.rewards.{name}: expected {{weight: <number>, ...options}} or null, got {show(spec)}"
             )
     check_batch(cfg.get("grpo") or {}, world_size or int(os.environ.get("WORLD_SIZE", "1")))
+    check_optimized_metric(cfg)
+
+
+# The fixed eval's metrics a sweeper may optimize (overall, or `<task>/<metric>`), and pass@<k>.
+OBJECTIVES = ("accuracy", "mean_score", "format", "mean_length", "truncated")
+
+
+def check_optimized_metric(cfg: Mapping[str, Any]) -> None:
+    """optimized_metric names a metric the final fixed eval reports."""
+    name = cfg.get("optimized_metric")
+    tasks = list((cfg.get("dataset") or {}).get("tasks") or {})
+    pass_k = (cfg.get("eval") or {}).get("pass_k") or {}
+    ks = [k for k in pass_k.get("k") or [] if k <= (pass_k.get("samples") or 0)]
+    metrics = [*OBJECTIVES, *(f"pass@{k}" for k in ks)]
+    accepted = metrics + [f"{t}/{m}" for t in tasks for m in metrics]
+    if name not in accepted:
+        raise ConfigError(
+            f"optimized_metric={show(name)}: not a metric of the fixed eval; accepted: {', '.join(metrics)}, "
+            f"or <task>/<metric> for a task of dataset.tasks ({', '.join(tasks)})"
+            + ("; pass@<k> needs eval.pass_k.samples >= k" if name and str(name).startswith("pass@") else "")
+        )
 
 
 def check_config(cfg: Mapping[str, Any], world_size: int | None = None) -> None:
@@ -404,6 +429,8 @@ def unknown_key_message(key: str, known: list[str]) -> str:
     leaf = key.rsplit(".", 1)[-1]
     close = difflib.get_close_matches(leaf, known, n=3, cutoff=0.6)
     hint = f" Did you mean: {', '.join(close)}?" if close else ""
+    if key in MODEL_FIELDS or f"grpo.{key}" in SCHEMA:  # TRL's spelling, in a YAML file (cli.py takes it)
+        hint = trl_hint(key)
     return f"{key}: unknown key.{hint} Accepted: {', '.join(known)}"
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from grpo_recipes.checks import SCHEMA
+from grpo_recipes.trl_names import MODEL_FIELDS, QUANTIZE_FLAGS, grpo_field_names
+
 # Open mappings: any GRPOConfig field, any task, any reward may be named on the command line,
 # not only those already in the YAML. `key=value` becomes Hydra's add-or-override `++key=value`,
 # and the recipe's own validation names a bad key (with close matches) instead of Hydra's struct error.
@@ -15,27 +18,68 @@ def rewrite_argv(argv: list[str], config_dir: Path) -> list[str]:
     """Command-line sugar, before Hydra parses it.
 
     `model=<hub id or path>` -> `model=custom model.path=<it>` when it names no model config and is
-    a local path or a hub id (org/name).
+    a local path or a hub id (org/name); a hub id a preset is for picks that preset
+    (`model=Qwen/Qwen2.5-0.5B-Instruct` -> `model=qwen2_5_0_5b`).
 
     `model=smollm2_135m` still picks config/model/smollm2_135m.yaml; sweeps (`a,b`) are left alone.
     Also: `grpo.x=1` -> `++grpo.x=1` (see OPEN_PREFIXES), and -m/--multirun moves to the front.
+    TRL's spelling (trl_names.py) becomes ours: `model_name_or_path=X` as `model=X`, `lora_r=8` ->
+    `model.lora.r=8`, a GRPOConfig field at the top level (`num_generations=4`) -> `grpo.num_generations=4`,
+    `report_to=wandb` -> `logger=wandb` (the logger option also sets where its files go).
     """
-    options = {p.stem for p in (config_dir / "model").glob("*.yaml")}
+    models = ModelOptions(config_dir / "model")
+    loggers = {p.stem for p in (config_dir / "logger").glob("*.yaml")}
+    ours = (
+        {k for k in SCHEMA if "." not in k} | {p.name for p in config_dir.iterdir() if p.is_dir()} | {"hydra"}
+    )
     # Hydra's argparse rejects overrides on both sides of -m; accept it anywhere.
     flags = [a for a in argv[1:] if a in ("-m", "--multirun")]
     out = argv[:1] + flags
     for arg in (a for a in argv[1:] if a not in flags):
-        match = re.fullmatch(r"model=(.+)", arg)
-        value = match.group(1) if match else None
-        if value and value not in options and _names_models(value):
-            out += ["model=custom", f"model.path={value}"]
-            if "," not in value:
-                out.append(f"model.name={model_name_from_path(value)}")
+        match = re.fullmatch(r"(\+{0,2})([\w.]+)=(.*)", arg)
+        prefix, key, value = match.groups() if match else ("", "", "")
+        if key in ("model", "model_name_or_path", "model.model_name_or_path"):
+            out += models.select(value, any_value=key != "model") or [arg]
+        elif key in QUANTIZE_FLAGS:
+            out.append(f"model.lora.quantize={QUANTIZE_FLAGS[key] if value.lower() == 'true' else 'null'}")
+        elif key in MODEL_FIELDS:
+            out.append(f"{MODEL_FIELDS[key]}={value}")
+        elif key == "report_to" and not prefix and value in loggers:
+            out.append(f"logger={value}")
+        elif key and "." not in key and key not in ours and key in grpo_field_names():
+            out.append(f"++grpo.{key}={value}")
         elif arg.startswith(OPEN_PREFIXES) and "=" in arg:
             out.append("++" + arg)
         else:
             out.append(arg)
     return out
+
+
+class ModelOptions:
+    """The model presets (config/model/*.yaml) and the hub id each is for."""
+
+    def __init__(self, model_dir: Path):
+        import yaml
+
+        self.options = {p.stem for p in model_dir.glob("*.yaml")}
+        self.by_path = {}
+        for p in sorted(model_dir.glob("*.yaml")):
+            data = yaml.safe_load(p.read_text()) or {}
+            path = (data.get("model") or {}).get("path") if "model" in data else data.get("path")
+            if isinstance(path, str) and "/" in path:
+                self.by_path[path] = p.stem
+
+    def select(self, value: str, any_value: bool) -> list[str] | None:
+        """The overrides that pick model `value`; None: leave `model=value` to Hydra (an option, or a typo
+        that gets the close ones). `any_value`: TRL's model_name_or_path, always a model path or id."""
+        if value in self.options:
+            return [f"model={value}"]
+        if value in self.by_path:
+            return [f"model={self.by_path[value]}"]
+        if not (any_value or _names_models(value)):
+            return None
+        out = ["model=custom", f"model.path={value}"]
+        return out + ([f"model.name={model_name_from_path(value)}"] if "," not in value else [])
 
 
 def _names_models(value: str) -> bool:

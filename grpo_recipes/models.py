@@ -33,6 +33,33 @@ def check_model_path(path: str) -> None:
     looks_local = path.startswith(("/", "./", "../", "~")) or os.path.isabs(path) or path.count("/") > 1
     if looks_local and not Path(path).expanduser().exists():
         raise ConfigError(f"model.path '{path}' does not exist (expected a model directory with config.json)")
+    if not looks_local and not Path(path).expanduser().exists() and hub_offline() and not in_hub_cache(path):
+        raise ConfigError(unreachable_message(path, "the hub is off (HF_HUB_OFFLINE=1)"))
+
+
+def hub_offline() -> bool:
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE)
+
+
+def in_hub_cache(repo_id: str) -> bool:
+    """The model's config.json is in the local hub cache (then transformers loads it offline)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except ValueError:  # not a valid repo id
+        return False
+
+
+def unreachable_message(repo_id: str, why: str) -> str:
+    return (
+        f"model.path '{repo_id}' is a hub id that is not in the local cache, and it cannot be downloaded: "
+        f"{why}. On a machine with network: `hf download {repo_id}` (a gated model such as Llama: accept "
+        "its license on the hub, then `hf auth login`), then copy ~/.cache/huggingface here "
+        "(or set HF_HOME), or pass model=<a local directory with the model>"
+    )
 
 
 def ensure_tiny(seed: int) -> Path:
@@ -103,6 +130,10 @@ def _load_model(local: str, kwargs: dict[str, Any]):
         return AutoModelForCausalLM.from_pretrained(tmp, **kwargs)
 
 
+def first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
+
+
 def load_model_and_tokenizer(model_cfg: dict[str, Any], on_gpu: bool, seed: int = 0):
     from transformers import AutoTokenizer
 
@@ -122,9 +153,13 @@ def load_model_and_tokenizer(model_cfg: dict[str, Any], on_gpu: bool, seed: int 
         tokenizer = AutoTokenizer.from_pretrained(local)
         model = _load_model(local, kwargs)
     except OSError as err:
+        if "/" in path and not Path(local).exists() and not in_hub_cache(path):
+            raise ConfigError(
+                unreachable_message(path, f"the hub could not be reached ({first_line(err)})")
+            ) from None
         raise ConfigError(
             f"model.path '{path}' could not be loaded: not a local model directory, and not a hub id "
-            f"available offline ({str(err).splitlines()[0]})"
+            f"available offline ({first_line(err)})"
         ) from None
     if model_cfg.get("chat_template"):
         from grpo_common.templates import load_chat_template

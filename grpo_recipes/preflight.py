@@ -217,6 +217,7 @@ def check(argv: list[str], config_dir: Path) -> list[str]:
             "(or hydra.run.dir=...) instead"
         )
     job_overrides, plannable = expand(line)
+    check_search(line)
     hydra_cfg: dict[str, Any] = {}
     jobs = [
         compose(config_dir, line, job, i if line.multirun else None, hydra_cfg)
@@ -224,6 +225,11 @@ def check(argv: list[str], config_dir: Path) -> list[str]:
     ]
     for cfg, _ in jobs:  # every value first: a typo in a sweep's last job costs no import
         check_values(cfg)
+    if not line.multirun and not hydra_cfg.get("sweeper", "").endswith("BasicSweeper"):
+        raise ConfigError(
+            "a search (hparams_search=... or hydra/sweeper=...) runs many jobs: add -m, as in "
+            "`python train_grpo.py -m hparams_search=lr_beta`"
+        )
     plannable = plannable and (not line.multirun or hydra_cfg.get("sweeper", "").endswith("BasicSweeper"))
     main = int(os.environ.get("RANK", "0")) == 0
     plans = (
@@ -252,6 +258,20 @@ def check(argv: list[str], config_dir: Path) -> list[str]:
         for cfg, _ in jobs:
             check_trainer_config(cfg)
     return argv
+
+
+def check_search(line: CommandLine) -> None:
+    """hparams_search= needs the Optuna sweeper plugin, an optional extra."""
+    import importlib.util
+
+    searched = [
+        o for o in line.overrides if o.lstrip("+").startswith("hparams_search=") and not o.endswith("=null")
+    ]
+    if searched and importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is None:
+        raise ConfigError(
+            f"{searched[0]}: the search runs on Optuna's Hydra sweeper, which is not installed: "
+            "pip install -e '.[optuna]'"
+        )
 
 
 def _resume(argv: list[str], config_dir: Path, line: CommandLine, run_dir: Path, plan) -> tuple[list, list]:

@@ -25,6 +25,15 @@ EVAL_METRICS = [
 ]
 
 
+def load_evals(run_dir: Path) -> dict[int, dict[str, Any]]:
+    """The run's fixed evals (eval_results/eval_step_<N>.json), by step in order."""
+    evals = {}
+    for path in (Path(run_dir) / "eval_results").glob("eval_step_*.json"):
+        ev = json.loads(path.read_text())
+        evals[int(ev["step"])] = ev
+    return dict(sorted(evals.items()))
+
+
 def load_run(run_dir: Path) -> dict[str, Any]:
     lines = []
     if (run_dir / "metrics.jsonl").exists():
@@ -33,10 +42,6 @@ def load_run(run_dir: Path) -> dict[str, Any]:
                 lines.append(json.loads(line))
             except json.JSONDecodeError:  # a line cut by a crash: skip it, keep the rest
                 continue
-    evals = {}
-    for path in (run_dir / "eval_results").glob("eval_step_*.json"):
-        ev = json.loads(path.read_text())
-        evals[int(ev["step"])] = ev
     results = (
         json.loads((run_dir / "train_results.json").read_text())
         if (run_dir / "train_results.json").exists()
@@ -44,7 +49,7 @@ def load_run(run_dir: Path) -> dict[str, Any]:
     )
     return {
         "train": [r for r in lines if r.get("split") == "train" and "train/reward" in r],
-        "evals": dict(sorted(evals.items())),
+        "evals": load_evals(run_dir),
         "results": results,
     }
 
@@ -296,6 +301,49 @@ def _examples(evals: dict[int, dict], n: int = 3) -> list[str]:
     return out
 
 
+def _cell(sample: dict[str, Any]) -> str:
+    """One rollout in a table cell: the problem, the completion, what each reward gave, what was read."""
+
+    def clean(text: Any, n: int) -> str:
+        text = str(text)
+        return (text[:n] + " ..." if len(text) > n else text).replace("\n", " ").replace("|", "\\|")
+
+    rewards = ", ".join(
+        f"{k} {v:g}" if isinstance(v, (int, float)) else f"{k} -" for k, v in sample["rewards"].items()
+    )
+    cut = " **cut off**" if sample.get("truncated") else ""
+    return (
+        f"{clean(sample['prompt'], 120)} (answer `{clean(sample.get('answer'), 40)}`)<br>"
+        f'"{clean(sample["completion"], 300)}"{cut}<br>'
+        f"read `{clean(sample.get('extracted'), 40)}` by {sample.get('rule')}; rewards: {rewards}"
+    )
+
+
+def _samples(run_dir: Path, n: int = 3) -> list[str]:
+    """A few rollouts of the first and the last sampled step, side by side (samples.jsonl)."""
+    from grpo_recipes.samples import read_samples
+
+    by_step = read_samples(run_dir / "samples.jsonl")
+    if not by_step:
+        return []
+    first, last = min(by_step), max(by_step)
+    out = [
+        "## What the model wrote",
+        "",
+        (
+            f"Training rollouts from samples.jsonl ({sum(len(v) for v in by_step.values())} rollouts at "
+            f"steps {', '.join(map(str, by_step))}): first and last sampled steps side by side."
+        ),
+        "",
+    ]
+    if first == last:
+        out += [f"| step {first} |", "|---|"] + [f"| {_cell(r)} |" for r in by_step[first][:n]]
+    else:
+        out += [f"| step {first} | step {last} |", "|---|---|"]
+        out += [f"| {_cell(a)} | {_cell(b)} |" for a, b in zip(by_step[first][:n], by_step[last][:n])]
+    return out + [""]
+
+
 def curriculum_levels(train: list[dict]) -> dict[str, tuple[float, float]]:
     """dataset.curriculum's level per task: {task: (first logged, last logged)}."""
     out = {}
@@ -383,6 +431,7 @@ def write_report(run_dir: str | Path) -> Path:
         plots = make_plots(run_dir, run)
         lines += ["## Curves", ""] + [f"### {title}\n\n![{title}]({name})\n" for title, name in plots]
         lines += ["## Examples", ""] + _examples(evals)
+    lines += _samples(run_dir)
     path = run_dir / "report.md"
     tmp = path.with_name(".report.md.tmp")
     tmp.write_text("\n".join(lines) + "\n")

@@ -31,8 +31,13 @@ MUTABLE = (
     "max_steps",
     "resume",
     "report_to",
+    "log_samples_every",
+    "log_samples_count",
+    "optimized_metric",
     "eval.",
     "grpo.logging_",
+    "grpo.project",  # the trackers' settings (logger=trackio)
+    "grpo.trackio_",
     "grpo.save_",
     "grpo.disable_tqdm",
     "grpo.log_completions",

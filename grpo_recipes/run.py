@@ -5,7 +5,6 @@ then train (or evaluate) and write the outputs. Nothing is written before everyt
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import sys
@@ -41,7 +40,8 @@ def console(run_dir: Path | None):
 
 
 def train(cfg: DictConfig) -> float:
-    """Run one job of train_grpo.py; returns the final fixed-eval accuracy (for sweepers)."""
+    """Run one job of train_grpo.py; returns the final fixed eval's `optimized_metric` (for sweepers:
+    hparams_search)."""
     # TRL 1.16 still calls transformers' deprecated alias on every step; the warning is not the user's to fix.
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
     container = OmegaConf.to_container(cfg, resolve=True)
@@ -53,9 +53,7 @@ def train(cfg: DictConfig) -> float:
         if plan.action == "finished":  # a sweep job (a single run stops before Hydra: preflight.py)
             resume.check_finished(run_dir, container["max_steps"])
             log.info(resume.finished_message(run_dir))
-            return float(
-                json.loads((run_dir / "train_results.json").read_text()).get("final_eval_accuracy", 0.0)
-            )
+            return finished_objective(run_dir, container["optimized_metric"])
         if plan.action == "resume" and main:
             saved = _saved_config(run_dir)
             if saved is not None:
@@ -168,7 +166,15 @@ def _eval_only(cfg: dict[str, Any], run_dir: Path, s: Setup) -> float:
     if accelerator.is_main_process:
         append_metrics(run_dir / "metrics.jsonl", step, {f"eval_{k}": v for k, v in metrics.items()})
         write_report(run_dir)
-    return float(metrics["accuracy"])
+    return float(metrics[cfg["optimized_metric"]])
+
+
+def finished_objective(run_dir: Path, metric: str) -> float:
+    """A finished run's objective, read back from its last fixed eval (a search that resumes)."""
+    from grpo_recipes.report import load_evals
+
+    evals = load_evals(run_dir)
+    return float(evals[max(evals)]["metrics"][metric]) if evals else 0.0
 
 
 @dataclass(frozen=True)
@@ -192,10 +198,11 @@ def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
     from grpo_recipes.outputs import ConciseProgressCallback, MetricsFileCallback
     from grpo_recipes.stopping import GracefulStop
 
+    samples = sample_recorder(cfg, run_dir, s)
     try:
         trainer = trainer_class(cfg["grpo"])(
             model=s.model,
-            reward_funcs=s.reward_funcs,
+            reward_funcs=samples.wrap(s.reward_funcs),
             args=s.args,
             train_dataset=s.train_dataset,
             processing_class=s.tokenizer,
@@ -231,6 +238,7 @@ def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
     trainer.add_callback(
         NoSignalWarning(cfg["grpo"].get("no_signal_warning", 3), s.args.max_completion_length)
     )
+    trainer.add_callback(samples)
     trainer.add_callback(stop)
     return Training(trainer, evaluation, stop)
 
@@ -240,6 +248,24 @@ def vllm_generator(trainer, s: Setup):
     from grpo_recipes.generation import VLLMGenerator
 
     return lambda model: VLLMGenerator(trainer.vllm_generation, s.tokenizer, model)
+
+
+def sample_recorder(cfg: dict[str, Any], run_dir: Path, s: Setup):
+    """samples.jsonl (samples.py): answers read as the rewards read them (prefix + completion)."""
+    from grpo_recipes.samples import SampleRecorder
+
+    eos = s.model.generation_config.eos_token_id if s.model.generation_config is not None else None
+    eos_ids = {s.tokenizer.eos_token_id} | set(eos if isinstance(eos, list) else [eos])
+    prefix = s.response_prefix
+    return SampleRecorder(
+        run_dir / "samples.jsonl",
+        every=cfg["log_samples_every"],
+        count=cfg["log_samples_count"],
+        judge=lambda texts, rows: s.taskset.judge([prefix + t for t in texts], rows),
+        max_completion_length=s.args.max_completion_length,
+        eos_token_ids={i for i in eos_ids if i is not None},
+        report_to=s.args.report_to,
+    )
 
 
 def _train(cfg: dict[str, Any], run_dir: Path, s: Setup, training: Training) -> float:
@@ -272,6 +298,8 @@ def _train(cfg: dict[str, Any], run_dir: Path, s: Setup, training: Training) -> 
         dropped = (
             trim_metrics_after(run_dir / "metrics.jsonl", step) if trainer.is_world_process_zero() else 0
         )
+        if trainer.is_world_process_zero():  # the steps after the checkpoint are sampled again
+            trim_metrics_after(run_dir / "samples.jsonl", step)
         log.info(
             "Resuming from %s (%d metric lines after step %d dropped: they are logged again)",
             s.checkpoint or "the start: no checkpoint was saved",
@@ -312,6 +340,8 @@ def _train(cfg: dict[str, Any], run_dir: Path, s: Setup, training: Training) -> 
             "baseline_eval_accuracy": history[first]["accuracy"],
             "final_eval_accuracy": history[last]["accuracy"],
             "final_eval_step": last,
+            "optimized_metric": cfg["optimized_metric"],  # what a sweeper was given (sweep.py reads it back)
+            "objective": history[last][cfg["optimized_metric"]],
         }
     )
     if trainer.is_world_process_zero():
@@ -326,7 +356,7 @@ def _train(cfg: dict[str, Any], run_dir: Path, s: Setup, training: Training) -> 
             history[last]["accuracy"],
             report,
         )
-    return float(history[last]["accuracy"])
+    return float(history[last][cfg["optimized_metric"]])
 
 
 def resume_command(cfg: dict[str, Any]) -> str:

@@ -154,6 +154,7 @@ def test_hardware_rules():
 def test_cli_rewrites_model_paths_and_open_mappings():
     argv = [
         "train_grpo.py",
+        "model=Qwen/Qwen2.5-0.5B",
         "model=Qwen/Qwen2.5-0.5B-Instruct",
         "model=tiny_random",
         "grpo.beta=0.1",
@@ -167,8 +168,9 @@ def test_cli_rewrites_model_paths_and_open_mappings():
         "train_grpo.py",
         "-m",
         "model=custom",
-        "model.path=Qwen/Qwen2.5-0.5B-Instruct",
-        "model.name=Qwen2.5-0.5B-Instruct",
+        "model.path=Qwen/Qwen2.5-0.5B",
+        "model.name=Qwen2.5-0.5B",
+        "model=qwen2_5_0_5b",  # the hub id a preset is for picks the preset
         "model=tiny_random",
         "++grpo.beta=0.1",
         "++dataset.tasks.syllogism.weight=2",

@@ -52,7 +52,11 @@ CASES = [
     ("choice", ["model.dtype=fp64"], "model.dtype=fp64: expected one of: auto, float32"),
     ("choice", ["sandbox.isolation=none"], "sandbox.isolation=none: expected one of: full, basic"),
     ("group option", ["grpo=nosuch"], "grpo=nosuch: no such option. Options: bnpo, cispo, dapo"),
-    ("group option", ["model=smollm2_13m"], "model=smollm2_13m: no such option. Did you mean: smollm2_135m?"),
+    (
+        "group option",
+        ["model=smollm2_13m"],
+        "model=smollm2_13m: no such option. Did you mean: smollm2_135m, ",
+    ),
     (
         "group option",
         ["experiment=digit"],

@@ -36,10 +36,10 @@ def test_digits_preset_signed_reward_and_eval_before_and_after(tmp_path):
     _, evals, train = _run(tmp_path, "digits", "max_steps=2")
     assert sorted(evals) == [0, 2]
     assert all(e["task"] == "sum_digits" for e in evals[0]["examples"])
-    # sized for the embedded model: two numbers of 1..20
+    # sized for the embedded model: one number of 10..99
     for e in evals[0]["examples"]:
         numbers = json.loads(e["question"].split("digit sum of ", 1)[1].rstrip("?"))
-        assert len(numbers) == 2 and all(1 <= n <= 20 for n in numbers)
+        assert len(numbers) == 1 and 10 <= numbers[0] <= 99
     assert len(train) == 2
     for r in train:
         assert "train/rewards/format/mean" not in r  # correctness only
@@ -84,6 +84,10 @@ def test_rg_multitask_preset_weighted_tasks_and_variance_logging(tmp_path):
     assert sorted(evals) == [0, 1, 2]
     tasks = {e["task"] for e in evals[0]["examples"]}
     assert tasks == {"basic_arithmetic", "syllogism", "chain_sum"}  # eval.size per task
+    # sized for the embedded model: 2-term additions, 2-term chains of 1-digit numbers
+    for e in evals[0]["examples"]:
+        if e["task"] != "syllogism":
+            assert e["question"].count("+") + e["question"].count(" - ") == 1, e["question"]
     assert len(evals[0]["examples"]) == 12
     for task in tasks:
         assert 0.0 <= evals[2]["metrics"][f"{task}/accuracy"] <= 1.0
@@ -103,6 +107,13 @@ def _compose(*overrides: str) -> dict:
         return OmegaConf.to_container(compose("train", overrides=list(overrides)))
 
 
+_RECIPE_SUM_PROMPT = (
+    "Add up every digit of every number in the list. Work step by step, then end with the final answer "
+    "on its own line as: [ANSWER] <number>\nExample: What is the total digit sum of [123, 45, 67]?\n"
+    "1+2+3 = 6, 4+5 = 9, 6+7 = 13, and 6+9+13 = 28.\n[ANSWER] 28"
+)
+
+
 @pytest.mark.parametrize(
     "overrides, expected",
     [
@@ -116,6 +127,9 @@ def _compose(*overrides: str) -> dict:
                     "min_value": 10,
                     "max_value": 999,
                 },
+                "dataset.system_prompt": _RECIPE_SUM_PROMPT,
+                "grpo.temperature": 1.0,
+                "grpo.max_completion_length": 32,
                 "max_steps": 20,
                 "eval.size": 20,
                 "eval.every_n_steps": 0,
@@ -143,11 +157,23 @@ def _compose(*overrides: str) -> dict:
                 "dataset.tasks.python_functions.config.templates": None,
                 "grpo.max_completion_length": 128,
                 "learning_rate": 2e-6,
+                "grpo.per_device_train_batch_size": 16,
                 "eval.size": 15,
                 "eval.every_n_steps": 25,
             },
         ),
-        (["experiment=rg_multitask_source"], {"max_steps": 100, "eval.size": 50, "eval.every_n_steps": 10}),
+        (
+            ["experiment=rg_multitask_source"],
+            {
+                "max_steps": 100,
+                "learning_rate": 1e-5,
+                "eval.size": 50,
+                "eval.every_n_steps": 10,
+                "dataset.tasks.basic_arithmetic.config.operators": ["+", "-"],
+                "dataset.tasks.basic_arithmetic.config.max_terms": 6,
+                "dataset.tasks.syllogism.weight": 1.0,
+            },
+        ),
     ],
 )
 def test_source_presets_restore_the_recipes_settings(overrides, expected):

@@ -1,0 +1,121 @@
+"""The GPU model presets: each composes, and its keys are valid for the pinned transformers and peft
+(each architecture built from its config class at a tiny size: no download)."""
+
+from pathlib import Path
+
+import pytest
+
+from grpo_common.errors import ConfigError
+from grpo_recipes.checks import check_values
+from grpo_recipes.lora import TARGET_MODULES
+from grpo_recipes.preflight import compose, parse
+
+CONFIG = Path(__file__).resolve().parents[1] / "config"
+# preset -> (hub id, the architecture its config.json names)
+PRESETS = {
+    "qwen2_5_0_5b": ("Qwen/Qwen2.5-0.5B-Instruct", "qwen2"),
+    "qwen2_5_1_5b": ("Qwen/Qwen2.5-1.5B-Instruct", "qwen2"),
+    "qwen2_5_3b": ("Qwen/Qwen2.5-3B-Instruct", "qwen2"),
+    "qwen3_0_6b": ("Qwen/Qwen3-0.6B", "qwen3"),
+    "qwen3_1_7b": ("Qwen/Qwen3-1.7B", "qwen3"),
+    "llama3_2_1b": ("meta-llama/Llama-3.2-1B-Instruct", "llama"),
+    "smollm2_360m": ("HuggingFaceTB/SmolLM2-360M-Instruct", "llama"),
+    "smollm2_1_7b": ("HuggingFaceTB/SmolLM2-1.7B-Instruct", "llama"),
+}
+
+
+def composed(preset: str, *overrides: str) -> dict:
+    args = [f"model={preset}", *overrides]
+    cfg, _ = compose(CONFIG, parse(["x", *args]), args)
+    return cfg
+
+
+def test_every_preset_file_is_listed_here():
+    shipped = {p.stem for p in (CONFIG / "model").glob("*.yaml")} - {
+        "base",
+        "custom",
+        "smollm2_135m",
+        "tiny_random",
+    }
+    assert shipped == set(PRESETS)
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_preset_composes_with_its_hub_id_and_gpu_settings(preset):
+    cfg = composed(preset)
+    check_values(cfg)
+    hub_id, _ = PRESETS[preset]
+    assert cfg["model"]["path"] == hub_id
+    grpo = cfg["grpo"]
+    # the preset's batch wins over grpo/default.yaml's CPU batch (16) and holds whole groups of 8
+    assert grpo["per_device_train_batch_size"] % grpo["num_generations"] == 0
+    assert 0 < grpo["vllm_gpu_memory_utilization"] <= 0.3
+    # an experiment still decides its own batch (it comes last)
+    assert composed(preset, "experiment=gsm8k")["grpo"]["per_device_train_batch_size"] == 16
+
+
+# peft 0.21.2 calls transformers 5.23's deprecated is_gradient_checkpointing when it wraps a model
+@pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing.*:FutureWarning")
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_preset_keys_are_valid_for_the_architecture(preset):
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg = composed(preset)["model"]
+    _, model_type = PRESETS[preset]
+    config = AutoConfig.for_model(
+        model_type,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        vocab_size=64,
+        tie_word_embeddings=True,
+    )
+    model = AutoModelForCausalLM.from_config(
+        config, attn_implementation=cfg["attn_implementation"], dtype=torch.float32
+    )
+    assert model.config._attn_implementation == cfg["attn_implementation"]
+    targets = cfg["lora"]["target_modules"]
+    names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    assert set(targets) <= names, f"not in {model_type}: {set(targets) - names}"
+    assert targets == TARGET_MODULES[model_type]  # what `auto` would pick too
+    lora = LoraConfig(r=cfg["lora"]["r"], lora_alpha=int(cfg["lora"]["alpha"]), target_modules=targets)
+    peft_model = get_peft_model(model, lora)
+    wrapped = {
+        n.split(".lora_A")[0].rsplit(".", 1)[-1] for n, _ in peft_model.named_parameters() if ".lora_A" in n
+    }
+    assert wrapped == set(targets)
+
+
+def test_offline_a_hub_preset_fails_with_one_message_saying_what_to_do(monkeypatch):
+    from huggingface_hub import constants
+
+    from grpo_recipes.checks import check_config
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    cfg = composed("qwen2_5_0_5b")
+    with pytest.raises(ConfigError) as err:
+        check_config(cfg)
+    message = str(err.value)
+    assert "Qwen/Qwen2.5-0.5B-Instruct" in message and "HF_HUB_OFFLINE" in message
+    assert "hf download Qwen/Qwen2.5-0.5B-Instruct" in message and "\n" not in message
+
+
+def test_when_the_hub_cannot_be_reached_loading_says_what_to_do(monkeypatch):
+    import transformers
+
+    from grpo_recipes.models import load_model_and_tokenizer
+
+    def unreachable(*args, **kwargs):
+        raise OSError("We couldn't connect to 'https://huggingface.co' to load the files\nmore")
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", unreachable)
+    with pytest.raises(ConfigError) as err:
+        load_model_and_tokenizer(composed("llama3_2_1b")["model"], on_gpu=False)
+    message = str(err.value)
+    assert "the hub could not be reached (We couldn't connect to 'https://huggingface.co'" in message
+    assert "hf download meta-llama/Llama-3.2-1B-Instruct" in message and "gated" in message
