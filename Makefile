@@ -24,8 +24,12 @@ setup: $(BIN)/.installed
 train: setup
 	$(BIN)/python train_grpo.py $(ARGS)
 
+# Two pytest workers (pytest-xdist), a test file each at a time: most of the suite is subprocess start-up and
+# small models, which one core each runs about as fast as two. One torch thread per process keeps the two
+# workers (and the runs they start) from oversubscribing the cores.
+TEST_WORKERS ?= 2
 test: setup
-	$(BIN)/python -m pytest -q $(ARGS)
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(ARGS)
 
 lint: setup
 	$(BIN)/ruff check .

@@ -126,6 +126,10 @@ class VLLMGenerator:
             flat = [p for part in gathered for p in part]
         else:
             rank, flat = 0, prompt_ids
+        if getattr(self.engine, "enable_sleep_mode", False):
+            # sync_weights woke the weights; the KV cache sleeps between TRL's generations (as TRL's own
+            # generate does, wake it). It stays awake: the next thing the trainer does is generate again.
+            self.engine.llm.wake_up(tags=["kv_cache"])
         outputs = self.engine.llm.generate(
             [{"prompt_token_ids": ids} for ids in flat],
             sampling_params=SamplingParams(**sampling),

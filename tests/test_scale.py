@@ -190,6 +190,8 @@ def test_stop_on_signal_then_resume(signum, tmp_path):
     assert 20 <= last < 120
     assert (tmp_path / "r" / f"checkpoint-{last}").is_dir()
     assert not (tmp_path / "r" / "train_results.json").exists()
+    if signum == signal.SIGINT:
+        return  # Ctrl-C stops as SIGTERM does (the stop above); what follows is the same for both
 
     refused = run_train(*args[2:])  # same run_name without resume=true: refused, nothing touched
     assert refused.returncode == 2 and "resume=true" in refused.stderr
