@@ -128,56 +128,28 @@ class FixedEvaluator:
             for r in rows
         ]
 
-    def _config(self, eos, do_sample: bool, temperature: float, num_return_sequences: int = 1):
-        from transformers import GenerationConfig
-
-        return GenerationConfig(
-            max_new_tokens=self.max_new_tokens,
-            do_sample=do_sample,
-            num_return_sequences=num_return_sequences,
-            temperature=temperature if do_sample else None,
-            top_p=None,
-            top_k=None,
-            eos_token_id=eos,
-            pad_token_id=self.tokenizer.pad_token_id,
-            use_cache=True,
-        )
-
     def generate(self, model, indices: list[int], sampled: bool = False, progress: bool = False):
-        """Per index: (completion text, completion tokens, truncated), or a list of `num_samples` of them."""
+        """Per index: (completion text, completion tokens, truncated), or a list of `num_samples` of them.
+        `model`: the policy (generated with transformers) or any CompletionGenerator (generation.py)."""
         import torch
-        from tqdm.auto import tqdm
 
-        tok = self.tokenizer
-        eos = model.generation_config.eos_token_id or tok.eos_token_id
-        eos_ids = set(eos if isinstance(eos, list) else [eos])
-        n_ret = self.num_samples if sampled else 1
-        config = (
-            self._config(eos, True, self.sample_temperature, n_ret)
-            if sampled
-            else self._config(eos, self.do_sample, self.temperature)
+        from grpo_recipes.generation import HFGenerator
+
+        generator = (
+            HFGenerator(model, self.tokenizer, self.batch_size, progress)
+            if isinstance(model, torch.nn.Module)
+            else model
         )
-        batch_size = max(1, self.batch_size // n_ret)
-        device = next(model.parameters()).device
-        out = []
-        starts = range(0, len(indices), batch_size)
-        bar = tqdm(
-            starts,
-            desc="pass@k samples" if sampled else "eval",
-            leave=False,
-            disable=not progress or len(starts) < 2,
-        )
-        for start in bar:
-            batch = [self.texts[i] for i in indices[start : start + batch_size]]
-            enc = tok(batch, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
-            enc = {k: v.to(device) for k, v in enc.items()}
-            with torch.no_grad():
-                generated = model.generate(**enc, generation_config=config)
-            decoded = [
-                self._decode(ids, eos_ids) for ids in generated[:, enc["input_ids"].shape[1] :].tolist()
-            ]
-            out += [decoded[i : i + n_ret] for i in range(0, len(decoded), n_ret)] if sampled else decoded
-        return out
+        n = self.num_samples if sampled else 1
+        if sampled:
+            temperature = self.sample_temperature
+        else:
+            temperature = self.temperature if self.do_sample else None
+        prompts = [self.texts[i] for i in indices]
+        completions = generator.generate(prompts, n, temperature, self.max_new_tokens)
+        eos_ids = generator.eos_token_ids
+        decoded = [[self._decode(ids, eos_ids) for ids in group] for group in completions]
+        return decoded if sampled else [group[0] for group in decoded]
 
     def _decode(self, ids: list[int], eos_ids: set[int]) -> tuple[str, int, bool]:
         tok = self.tokenizer
@@ -246,7 +218,8 @@ class FixedEvaluator:
         return totals
 
     def run(self, model, accelerator, step: int, out_dir: Path | None) -> tuple[dict[str, float], list[dict]]:
-        """Generate on every rank's shard, gather, score, write (main process). Returns metrics, examples."""
+        """Generate on every rank's shard, gather, score, write (main process). Returns metrics, examples.
+        `model`: the policy, or a CompletionGenerator (the trainer's vLLM engine)."""
         from accelerate.utils import gather_object
 
         start = time.time()
@@ -325,8 +298,11 @@ class FixedEvalCallback(TrainerCallback):
         accelerator,
         send_logs: Callable[[dict[str, float], Any], None],
         skip_final_eval: Callable[[], bool] = lambda: False,
+        vllm_generator: Callable[[Any], Any] | None = None,
     ):
         self.evaluator = evaluator
+        # use_vllm: model -> a generator on the trainer's vLLM engine (generation.VLLMGenerator); else HF
+        self.vllm_generator = vllm_generator
         self.dir = Path(output_dir) / "eval_results"
         self.every = int(every_n_steps or 0)
         self.accelerator = accelerator
@@ -362,18 +338,26 @@ class FixedEvalCallback(TrainerCallback):
         was_training = model.training
         model.eval()
         try:
-            with (
-                # as GRPOTrainer generates: the user's ZeRO-3 and checkpointing settings
-                unwrap_model_for_generation(
-                    wrapped,
-                    self.accelerator,
-                    gather_deepspeed3_params=args.ds3_gather_for_generation,
-                    gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs,
-                ) as unwrapped
-            ):
-                metrics, _ = self.evaluator.run(unwrapped, self.accelerator, state.global_step, self.dir)
+            if self.vllm_generator is not None:  # vLLM holds its own copy of the weights: no gather here
+                metrics, _ = self.evaluator.run(
+                    self.vllm_generator(model), self.accelerator, state.global_step, self.dir
+                )
+            else:
+                with (
+                    # as GRPOTrainer generates: the user's ZeRO-3 and checkpointing settings
+                    unwrap_model_for_generation(
+                        wrapped,
+                        self.accelerator,
+                        gather_deepspeed3_params=args.ds3_gather_for_generation,
+                        gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs,
+                    ) as unwrapped
+                ):
+                    metrics, _ = self.evaluator.run(unwrapped, self.accelerator, state.global_step, self.dir)
         finally:
             model.train(was_training)
+        return self._record(metrics, state)
+
+    def _record(self, metrics: dict[str, float], state) -> dict[str, float]:
         self.history[state.global_step] = metrics
         # `eval_` names: trackers and metrics.jsonl show them as eval/<name>
         self.send_logs({f"eval_{k}": v for k, v in metrics.items()}, state)

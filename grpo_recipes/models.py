@@ -8,12 +8,15 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
 
 from grpo_common.errors import ConfigError
 from grpo_recipes.embedded import PREFIX, cache_root, ensure_embedded
+
+log = logging.getLogger("grpo_recipes")
 
 TINY = "tiny-random"
 TINY_VERSION = "v1"  # bump when grpo_recipes/tiny.py changes: the cached copy is then rebuilt
@@ -103,12 +106,36 @@ def torch_dtype(name: str, on_gpu: bool):
     return dtypes[name]
 
 
+def _load_model(local: str, kwargs: dict[str, Any]):
+    """from_pretrained; a checkpoint a sharding engine saved as shards (ZeRO-3, FSDP) is read through the
+    engine's own converter first (weights.py), then loaded as any model directory is."""
+    import shutil
+    import tempfile
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from grpo_recipes import weights
+
+    kind = weights.sharded_format(Path(local))
+    if kind is None:
+        return AutoModelForCausalLM.from_pretrained(local, **kwargs)
+    log.info("%s holds %s shards and no weights file: consolidating them to load", local, kind)
+    state_dict = weights.consolidated_state_dict(Path(local))
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in ("config.json", "generation_config.json"):
+            if (Path(local) / name).is_file():
+                shutil.copy(Path(local) / name, tmp)
+        torch.save(state_dict, Path(tmp) / "pytorch_model.bin")  # tied weights share storage: not safetensors
+        return AutoModelForCausalLM.from_pretrained(tmp, **kwargs)
+
+
 def first_line(err: BaseException) -> str:
     return (str(err).strip().splitlines() or [type(err).__name__])[0]
 
 
 def load_model_and_tokenizer(model_cfg: dict[str, Any], on_gpu: bool, seed: int = 0):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from grpo_recipes.lora import quantization_config
 
@@ -124,7 +151,7 @@ def load_model_and_tokenizer(model_cfg: dict[str, Any], on_gpu: bool, seed: int 
         kwargs["quantization_config"] = quantization
     try:
         tokenizer = AutoTokenizer.from_pretrained(local)
-        model = AutoModelForCausalLM.from_pretrained(local, **kwargs)
+        model = _load_model(local, kwargs)
     except OSError as err:
         if "/" in path and not Path(local).exists() and not in_hub_cache(path):
             raise ConfigError(

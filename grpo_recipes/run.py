@@ -118,13 +118,16 @@ def make_evaluator(cfg: dict[str, Any], s: Setup):
     )
 
 
-def _describe(cfg: dict[str, Any], run_dir: Path, s: Setup) -> None:
+def _describe(cfg: dict[str, Any], run_dir: Path, s: Setup, accelerator) -> None:
+    from grpo_recipes.engines import running_engine
+
     n_params = sum(t.numel() for t in s.model.parameters()) / 1e6
     log.info(
-        "Run dir %s | %s x%d | model %s (%.1f M parameters, %s) | tasks %s | %d train / %d eval problems",
+        "Run dir %s | %s x%d, %s | model %s (%.1f M parameters, %s) | tasks %s | %d train / %d eval problems",
         run_dir,
         s.hw.name,
         s.hw.world_size,
+        running_engine(accelerator),  # what the accelerator runs, not what was asked for
         cfg["model"]["path"],
         n_params,
         str(s.model.dtype).replace("torch.", ""),
@@ -150,11 +153,11 @@ def _eval_only(cfg: dict[str, Any], run_dir: Path, s: Setup) -> float:
     from grpo_recipes.outputs import append_metrics
     from grpo_recipes.report import write_report
 
-    _describe(cfg, run_dir, s)
     # The precision training would use (the Trainer wraps forward in bf16 autocast when bf16 is on),
     # so that eval_only on a checkpoint reproduces that run's eval exactly.
     mixed = "bf16" if s.args.bf16 else ("fp16" if s.args.fp16 else "no")
     accelerator = Accelerator(cpu=not s.hw.gpu, mixed_precision=mixed)
+    _describe(cfg, run_dir, s, accelerator)
     model = accelerator.prepare_model(s.model, evaluation_mode=True).eval()
     if cfg["grpo"].get("fast_paths", "auto") is not False:  # as training generated its evals
         generate_with_cached_casts(model, accelerator)
@@ -210,7 +213,7 @@ def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         raise ConfigError(name_the_key(str(err), cfg["grpo"])) from None
-    stop = GracefulStop()
+    stop = GracefulStop(trainer.accelerator)
     evaluation = FixedEvalCallback(
         make_evaluator(cfg, s),
         run_dir,
@@ -221,8 +224,9 @@ def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
         send_logs=lambda logs, state: trainer.callback_handler.on_log(
             trainer.args, state, TrainerControl(), logs
         ),
-        skip_final_eval=lambda: stop.requested,
-    )  # a stop on a signal: the resumed run evaluates instead
+        skip_final_eval=lambda: stop.requested,  # a stop on a signal: the resumed run evaluates instead
+        vllm_generator=vllm_generator(trainer, s) if s.args.use_vllm else None,
+    )
     if s.curriculum is not None:
         from grpo_recipes.curriculum import CurriculumCallback
 
@@ -237,6 +241,13 @@ def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
     trainer.add_callback(samples)
     trainer.add_callback(stop)
     return Training(trainer, evaluation, stop)
+
+
+def vllm_generator(trainer, s: Setup):
+    """The fixed eval generates through the trainer's own vLLM engine (colocate or server) when it has one."""
+    from grpo_recipes.generation import VLLMGenerator
+
+    return lambda model: VLLMGenerator(trainer.vllm_generation, s.tokenizer, model)
 
 
 def sample_recorder(cfg: dict[str, Any], run_dir: Path, s: Setup):
@@ -261,9 +272,10 @@ def _train(cfg: dict[str, Any], run_dir: Path, s: Setup, training: Training) -> 
     from grpo_recipes import fast_paths
     from grpo_recipes.report import write_report
     from grpo_recipes.stopping import trim_metrics_after
+    from grpo_recipes.weights import save_final_model
 
     trainer, stop = training.trainer, training.stop
-    _describe(cfg, run_dir, s)
+    _describe(cfg, run_dir, s, trainer.accelerator)
     if s.peft_config is not None:
         log.info(
             "LoRA r=%d alpha=%d on %s",
@@ -274,6 +286,8 @@ def _train(cfg: dict[str, Any], run_dir: Path, s: Setup, training: Training) -> 
             else s.peft_config.target_modules,
         )
     log.info("Fast paths: %s", fast_paths.apply(trainer, cfg["grpo"].get("fast_paths", "auto")))
+    if s.args.use_vllm:
+        log.info("fixed eval generates with the trainer's vLLM engine (%s)", trainer.vllm_generation.mode)
     n_train = sum(t.numel() for t in trainer.model.parameters() if t.requires_grad)
     n_all = sum(t.numel() for t in trainer.model.parameters())
     log.info(
@@ -309,7 +323,7 @@ def _train(cfg: dict[str, Any], run_dir: Path, s: Setup, training: Training) -> 
         raise Interrupted(stop.exit_code)
 
     final = run_dir / "final"
-    trainer.save_model(str(final))  # the adapter alone when LoRA is on
+    save_final_model(trainer, final)  # the adapter alone when LoRA is on; ZeRO-3/FSDP shards gathered
     if (
         s.peft_config is not None
         and cfg["model"]["lora"].get("merge_on_save")

@@ -44,6 +44,7 @@ def assemble(cfg: dict[str, Any], plan: RunPlan) -> Setup:
     from grpo_recipes.config import build_grpo_config, build_grpo_kwargs
     from grpo_recipes.curriculum import build_curriculum_datasets
     from grpo_recipes.data import build_datasets
+    from grpo_recipes.engines import check_engine
     from grpo_recipes.hardware import detect_hardware, resolve_activation_checkpointing
     from grpo_recipes.lora import lora_config
     from grpo_recipes.models import load_model_and_tokenizer
@@ -51,6 +52,7 @@ def assemble(cfg: dict[str, Any], plan: RunPlan) -> Setup:
     from tasks.code import is_code_task
 
     hw = detect_hardware()
+    check_engine(hw.gpu)
     model, tokenizer = load_model_and_tokenizer(cfg["model"], on_gpu=hw.gpu, seed=cfg["seed"])
     peft_config = lora_config(cfg["model"].get("lora"), model.config.model_type)
     prefix = response_prefix(cfg["model"].get("response_prefix", "auto"), tokenizer)

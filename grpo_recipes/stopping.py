@@ -2,6 +2,9 @@
 
 First SIGTERM or Ctrl-C: the current step finishes, a checkpoint is saved, training stops and the
 process exits non-zero (143 / 130) with a line saying how to resume. A second signal stops at once.
+In a multi-process run the ranks agree after every step (one all-reduce of the signal number): a
+signal that reached one rank, or reached the ranks on both sides of a step boundary, stops them all
+after the same step, so the checkpoint save (a collective under DeepSpeed and FSDP) cannot hang.
 Files already written stay whole either way: metrics.jsonl lines and eval JSONs are written atomically.
 On resume, metrics.jsonl lines logged after the checkpoint are dropped, since training re-logs them.
 """
@@ -22,9 +25,11 @@ log = logging.getLogger(__name__)
 class GracefulStop(TrainerCallback):
     """Turns the first SIGTERM/SIGINT into 'save a checkpoint after this step, then stop'."""
 
-    def __init__(self):
-        self.signum: int | None = None
+    def __init__(self, accelerator=None):
+        self.signum: int | None = None  # the signal this process received
+        self.agreed: int | None = None  # the one all ranks stop on (another rank's, possibly)
         self._previous = {}
+        self.accelerator = accelerator  # the trainer's: the ranks agree on a stop through it
 
     def install(self) -> GracefulStop:
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -45,14 +50,30 @@ class GracefulStop(TrainerCallback):
         )
 
     @property
+    def alone(self) -> bool:
+        return self.accelerator is None or self.accelerator.num_processes == 1
+
+    @property
     def requested(self) -> bool:
-        return self.signum is not None
+        """A stop all ranks agree on (with several processes, a signal counts from the next step's end)."""
+        return self.agreed is not None or (self.alone and self.signum is not None)
 
     @property
     def exit_code(self) -> int:
-        return 128 + (self.signum or 0)
+        return 128 + (self.signum or self.agreed or 0)
+
+    def agree(self) -> int | None:
+        """The highest signal number any rank has received (None: none has)."""
+        if self.alone:
+            return self.signum
+        import torch
+
+        acc = self.accelerator
+        mine = torch.tensor([self.signum or 0], device=acc.device)
+        return int(acc.reduce(mine, reduction="max").item()) or None  # accelerate's all-reduce
 
     def on_step_end(self, args, state, control, **kwargs):
+        self.agreed = self.agreed or self.agree()
         if self.requested:
             control.should_save = True
             control.should_training_stop = True

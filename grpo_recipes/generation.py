@@ -1,0 +1,154 @@
+"""How the fixed eval generates: one interface, two engines behind it.
+
+`generate(prompts, n, temperature, max_new_tokens)` returns, per prompt, `n` lists of completion token
+ids, each ending with an EOS id when the completion finished (later ids, e.g. padding, are ignored by
+the reader). `temperature=None` is greedy. `eos_token_ids` names the ids that end a completion.
+
+- HFGenerator: transformers `generate` on the policy model, batched and left-padded (CPU and GPU).
+- VLLMGenerator: the trainer's own vLLM engine (TRL's `trainer.vllm_generation`) when `use_vllm` is on:
+  colocate generates with this rank's LLM, server mode through the main process's client. The engine
+  gets the policy's current weights before the eval (it is otherwise synced only before a train step).
+
+Every rank calls `generate` with as many prompts as the others (the evaluator pads its shards), since
+ZeRO-3 gathers and the server mode's gather and broadcast are collective.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+
+class CompletionGenerator(Protocol):
+    eos_token_ids: set[int]
+
+    def generate(
+        self, prompts: Sequence[str], n: int, temperature: float | None, max_new_tokens: int
+    ) -> list[list[list[int]]]: ...
+
+
+def eos_of(model, tokenizer) -> int | list[int]:
+    return model.generation_config.eos_token_id or tokenizer.eos_token_id
+
+
+def as_set(eos: int | list[int]) -> set[int]:
+    return set(eos if isinstance(eos, list) else [eos])
+
+
+class HFGenerator:
+    """transformers generate, `batch_size // n` prompts at a time."""
+
+    def __init__(self, model, tokenizer, batch_size: int, progress: bool = False):
+        self.model, self.tokenizer, self.batch_size, self.progress = model, tokenizer, batch_size, progress
+        self.eos = eos_of(model, tokenizer)
+        self.eos_token_ids = as_set(self.eos)
+
+    def config(self, n: int, temperature: float | None, max_new_tokens: int):
+        from transformers import GenerationConfig
+
+        sample = temperature is not None
+        return GenerationConfig(
+            max_new_tokens=max_new_tokens,
+            do_sample=sample,
+            num_return_sequences=n,
+            temperature=temperature if sample else None,
+            top_p=None,
+            top_k=None,
+            eos_token_id=self.eos,
+            pad_token_id=self.tokenizer.pad_token_id,
+            use_cache=True,
+        )
+
+    def generate(
+        self, prompts: Sequence[str], n: int, temperature: float | None, max_new_tokens: int
+    ) -> list[list[list[int]]]:
+        import torch
+        from tqdm.auto import tqdm
+
+        config = self.config(n, temperature, max_new_tokens)
+        batch_size = max(1, self.batch_size // n)
+        device = next(self.model.parameters()).device
+        starts = range(0, len(prompts), batch_size)
+        bar = tqdm(
+            starts,
+            desc="pass@k samples" if n > 1 else "eval",
+            leave=False,
+            disable=not self.progress or len(starts) < 2,
+        )
+        out = []
+        for start in bar:
+            batch = list(prompts[start : start + batch_size])
+            enc = self.tokenizer(
+                batch, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False
+            )
+            enc = {k: v.to(device) for k, v in enc.items()}
+            with torch.no_grad():
+                generated = self.model.generate(**enc, generation_config=config)
+            ids = generated[:, enc["input_ids"].shape[1] :].tolist()
+            out += [ids[i : i + n] for i in range(0, len(ids), n)]
+        return out
+
+
+class VLLMGenerator:
+    """The trainer's vLLM engine (trl.generation.vllm_generation.VLLMGeneration)."""
+
+    def __init__(self, vllm_generation, tokenizer, model):
+        self.engine, self.tokenizer = vllm_generation, tokenizer
+        self.eos_token_ids = as_set(eos_of(model, tokenizer))
+        self.synced = False
+
+    def generate(
+        self, prompts: Sequence[str], n: int, temperature: float | None, max_new_tokens: int
+    ) -> list[list[list[int]]]:
+        if not self.synced:  # the weights of this very step (collective: every rank takes part)
+            self.engine.sync_weights()
+            self.synced = True
+        prompt_ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        sampling = {
+            "n": n,
+            "temperature": 0.0 if temperature is None else temperature,
+            "max_tokens": max_new_tokens,
+        }
+        if self.engine.mode == "server":
+            return self._server(prompt_ids, sampling)
+        return self._colocate(prompt_ids, sampling)
+
+    def _colocate(self, prompt_ids: list[list[int]], sampling: dict) -> list[list[list[int]]]:
+        from vllm import SamplingParams
+
+        tp_group = getattr(self.engine, "tp_group", None)
+        if self.engine.tensor_parallel_size > 1:  # one LLM per tensor-parallel group: generate the group's
+            import torch.distributed as dist
+
+            gathered = [None] * self.engine.tensor_parallel_size
+            dist.all_gather_object(gathered, prompt_ids, group=tp_group)
+            rank = dist.get_rank(group=tp_group)
+            flat = [p for part in gathered for p in part]
+        else:
+            rank, flat = 0, prompt_ids
+        if getattr(self.engine, "enable_sleep_mode", False):
+            # sync_weights woke the weights; the KV cache sleeps between TRL's generations (as TRL's own
+            # generate does, wake it). It stays awake: the next thing the trainer does is generate again.
+            self.engine.llm.wake_up(tags=["kv_cache"])
+        outputs = self.engine.llm.generate(
+            [{"prompt_token_ids": ids} for ids in flat],
+            sampling_params=SamplingParams(**sampling),
+            use_tqdm=False,
+        )
+        result = [[list(c.token_ids) for c in o.outputs] for o in outputs]
+        return result[rank * len(prompt_ids) : (rank + 1) * len(prompt_ids)]
+
+    def _server(self, prompt_ids: list[list[int]], sampling: dict) -> list[list[list[int]]]:
+        from accelerate.utils import broadcast_object_list, gather_object
+
+        accelerator = self.engine.accelerator
+        everyone = gather_object([prompt_ids])  # one entry per rank, each as long as the others
+        payload = [None]
+        if accelerator.is_main_process:
+            flat = [p for part in everyone for p in part]
+            done = self.engine.vllm_client.generate(prompts=flat, **sampling)["completion_ids"]
+            n = sampling["n"]
+            payload = [[done[i * n : (i + 1) * n] for i in range(len(flat))]]
+        broadcast_object_list(payload, from_process=0)
+        mine = accelerator.process_index * len(prompt_ids)
+        return payload[0][mine : mine + len(prompt_ids)]

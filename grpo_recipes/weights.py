@@ -1,0 +1,98 @@
+"""Saved models that load with `from_pretrained`, whichever engine trained them.
+
+Sharding engines save a model as shards unless told otherwise: DeepSpeed ZeRO-3 without
+`stage3_gather_16bit_weights_on_model_save` (accelerate's `zero3_save_16bit_model`) writes its own
+`global_step<N>/` shards, and FSDP with `SHARDED_STATE_DICT` writes no weights with `save_model` at all.
+The final save gathers or converts them with the libraries' own tools (accelerate's `get_state_dict`,
+DeepSpeed's `zero_to_fp32`), and eval_only reads a sharded checkpoint the same way (DeepSpeed's
+`zero_to_fp32`, torch's `dcp_to_torch_save`). Checkpoints keep the engines' resumable state as
+they wrote it.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("grpo_recipes")
+
+# What from_pretrained (or peft) reads; any of them makes a directory loadable as it is.
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+    "adapter_model.safetensors",
+    "adapter_model.bin",
+)
+ZERO_TAG_FILE = "latest"  # DeepSpeed's save_checkpoint: names the global_step<N>/ folder
+FSDP_MODEL_DIR = "pytorch_model_fsdp_0"  # accelerate's save_fsdp_model with SHARDED_STATE_DICT
+
+
+def has_weights(path: Path) -> bool:
+    return any((path / name).is_file() for name in WEIGHT_FILES)
+
+
+def sharded_format(path: Path) -> str | None:
+    """'deepspeed' or 'fsdp' when the directory holds an engine's shards and no loadable weights."""
+    if not path.is_dir() or has_weights(path):
+        return None
+    if (path / ZERO_TAG_FILE).is_file():
+        return "deepspeed"
+    if (path / FSDP_MODEL_DIR).is_dir():
+        return "fsdp"
+    return None
+
+
+def consolidated_state_dict(path: Path) -> dict[str, Any]:
+    """The full fp32 state dict of a sharded checkpoint, read with the engine's own tool."""
+    kind = sharded_format(path)
+    if kind == "deepspeed":
+        from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+        return get_fp32_state_dict_from_zero_checkpoint(str(path))
+    if kind == "fsdp":
+        import torch
+        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+        # torch's converter of distributed checkpoints (accelerate's merge_fsdp_weights wraps it, on rank 0
+        # only); accelerate saves the model's state dict under the key "model"
+        with tempfile.TemporaryDirectory() as tmp:
+            dcp_to_torch_save(str(path / FSDP_MODEL_DIR), str(Path(tmp) / "model.pt"))
+            state = torch.load(Path(tmp) / "model.pt", weights_only=True)
+        return state.get("model", state)
+    raise ValueError(f"{path} holds no DeepSpeed or FSDP shards")
+
+
+def save_final_model(trainer, out_dir: Path) -> None:
+    """trainer.save_model, then whatever makes `out_dir` load with from_pretrained. All ranks call this."""
+    accelerator = trainer.accelerator
+    plugin = getattr(accelerator.state, "fsdp_plugin", None)
+    if plugin is not None and "FULL_STATE_DICT" not in str(plugin.state_dict_type):
+        # transformers' save_model writes nothing under a sharded FSDP state dict: gather it (collective)
+        state_dict = accelerator.get_state_dict(trainer.model)
+        if accelerator.is_main_process:
+            accelerator.unwrap_model(trainer.model).save_pretrained(out_dir, state_dict=state_dict)
+            trainer.processing_class.save_pretrained(out_dir)
+        accelerator.wait_for_everyone()
+        return
+    trainer.save_model(str(out_dir))
+    accelerator.wait_for_everyone()  # every rank's shards are written before they are read
+    if accelerator.is_main_process and sharded_format(out_dir) == "deepspeed":
+        consolidate_zero_checkpoint(out_dir, accelerator.unwrap_model(trainer.model))
+    accelerator.wait_for_everyone()
+
+
+def consolidate_zero_checkpoint(path: Path, model) -> None:
+    """Turn a directory DeepSpeed saved as ZeRO shards into fp32 safetensors, in place; the shards go
+    (the final model is not resumed: checkpoint-<N>/ keep DeepSpeed's resumable state). save_pretrained
+    writes them, as it handles tied weights (safetensors refuses tensors sharing memory)."""
+    tag = (path / ZERO_TAG_FILE).read_text().strip()
+    model.save_pretrained(path, state_dict=consolidated_state_dict(path))
+    shutil.rmtree(path / tag)
+    for name in (ZERO_TAG_FILE, "zero_to_fp32.py", "zero_to_torch.py"):  # DeepSpeed's recovery scripts
+        (path / name).unlink(missing_ok=True)
+    log.info("%s: DeepSpeed ZeRO shards converted to fp32 safetensors (deepspeed zero_to_fp32)", path)

@@ -1,0 +1,167 @@
+"""The GPU acceptance suite: `make test-gpu` (pytest -m gpu) on a machine with one CUDA GPU.
+
+Each test trains the embedded model for 2 steps as a user would and asserts numbers: the loss is
+finite, the weights moved, the fixed eval's JSON is written at step 0 and at the end, the saved model
+loads. Skipped, with the reason, without a GPU (tests/conftest.py), and where an optional package
+(vllm, bitsandbytes, deepspeed) is not installed.
+"""
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT, read_jsonl, run_train
+
+pytestmark = pytest.mark.gpu
+CONFIG = ROOT / "config"
+SHORT = [
+    "max_steps=2",
+    "eval.size=8",
+    "grpo.max_completion_length=32",
+    "learning_rate=1e-5",
+    "grpo.warmup_steps=0",
+    "dataset.rewards.len.fn=tests.test_rewards.length_reward",  # differs within a group: a gradient
+]
+
+
+def needs(package: str):
+    return pytest.mark.skipif(importlib.util.find_spec(package) is None, reason=f"{package} is not installed")
+
+
+def trained_as_asked(run: Path, steps: int = 2) -> list[dict]:
+    """Train lines with finite losses for every step, eval JSON at 0 and at the end, written once."""
+    lines = read_jsonl(run / "metrics.jsonl")
+    train = [r for r in lines if "train/loss" in r]
+    assert [r["step"] for r in train] == list(range(1, steps + 1))
+    assert all(math.isfinite(r["train/loss"]) for r in train)
+    assert [r["step"] for r in lines if r["split"] == "eval"] == [0, steps]
+    for step in (0, steps):
+        ev = json.loads((run / "eval_results" / f"eval_step_{step}.json").read_text())
+        assert ev["metrics"]["num_examples"] == len(ev["examples"]) > 0
+        assert all(math.isfinite(v) for v in ev["metrics"].values() if isinstance(v, float))
+    return lines
+
+
+def weights_moved(final: Path, base: Path) -> float:
+    """The largest change of any weight between two saved models (loaded in fp32)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    a = AutoModelForCausalLM.from_pretrained(final, dtype=torch.float32)
+    b = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    assert all(torch.isfinite(p).all() for p in a.parameters())
+    return max((p - q).abs().max().item() for p, q in zip(a.parameters(), b.parameters(), strict=True))
+
+
+def embedded_dir() -> Path:
+    from grpo_recipes.embedded import ensure_embedded
+
+    return ensure_embedded("smollm2-135m-instruct")
+
+
+def test_bf16_full_training_of_the_embedded_model(tmp_path):
+    proc = run_train(*SHORT, f"output_root={tmp_path}", "run_name=bf16")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = tmp_path / "bf16"
+    assert "cuda x1, single process" in (run / "train.log").read_text()
+    assert "bfloat16" in (run / "train.log").read_text()  # the model's dtype, in the run's description
+    trained_as_asked(run)
+    assert weights_moved(run / "final", embedded_dir()) > 0
+
+
+@pytest.mark.parametrize("quantize", [None, "4bit"])
+def test_lora_and_qlora_train_an_adapter(quantize, tmp_path):
+    if quantize and importlib.util.find_spec("bitsandbytes") is None:
+        pytest.skip("bitsandbytes is not installed: QLoRA not tested")
+    from safetensors.torch import load_file
+
+    extra = [f"model.lora.quantize={quantize}"] if quantize else []
+    proc = run_train(
+        *SHORT,
+        "model.lora.enabled=true",
+        "learning_rate=1e-3",
+        *extra,
+        f"output_root={tmp_path}",
+        "run_name=l",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    trained_as_asked(tmp_path / "l")
+    adapter = load_file(tmp_path / "l" / "final" / "adapter_model.safetensors")
+    lora_b = [t for k, t in adapter.items() if "lora_B" in k]
+    assert lora_b and max(t.abs().max().item() for t in lora_b) > 0  # lora_B starts at zero
+
+
+def launch_single(preset: str, tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
+    """`accelerate launch` with a shipped preset, on one process (one GPU)."""
+    cfg = yaml.safe_load((CONFIG / "accelerate" / f"{preset}.yaml").read_text())
+    cfg.update(num_processes=1)
+    config = tmp_path / f"{preset}-1.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    return subprocess.run(
+        [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config)]
+        + [str(ROOT / "train_grpo.py"), *overrides],
+        cwd=ROOT,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"},
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+
+
+@needs("deepspeed")
+@pytest.mark.parametrize(("preset", "engine"), [("zero2", "DeepSpeed ZeRO-2"), ("zero3", "DeepSpeed ZeRO-3")])
+def test_deepspeed_presets_on_one_gpu(preset, engine, tmp_path):
+    proc = launch_single(preset, tmp_path, *SHORT, f"output_root={tmp_path}", "run_name=ds")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = tmp_path / "ds"
+    assert f"cuda x1, {engine}" in (run / "train.log").read_text()
+    trained_as_asked(run)
+    assert (run / "final" / "model.safetensors").is_file()
+    assert weights_moved(run / "final", embedded_dir()) > 0
+
+
+def test_fsdp2_preset_on_one_gpu_saves_a_loadable_model(tmp_path):
+    """fsdp.yaml saves SHARDED_STATE_DICT checkpoints; the final model is gathered (weights.py)."""
+    proc = launch_single("fsdp", tmp_path, *SHORT, f"output_root={tmp_path}", "run_name=fsdp")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = tmp_path / "fsdp"
+    assert "cuda x1, FSDP2" in (run / "train.log").read_text()
+    trained_as_asked(run)
+    assert weights_moved(run / "final", embedded_dir()) > 0
+
+
+@needs("vllm")
+def test_vllm_colocate_trains_and_the_fixed_eval_generates_with_it(tmp_path):
+    """use_vllm colocate: training and the fixed eval both generate with the trainer's vLLM engine; the
+    eval JSON keeps the HF path's contract (eval_only with transformers on the same final model: same
+    problems, same metric names)."""
+    overrides = [
+        *SHORT,
+        "use_vllm=true",
+        "grpo.vllm_mode=colocate",
+        "grpo.vllm_gpu_memory_utilization=0.3",
+        f"output_root={tmp_path}",
+    ]
+    proc = run_train(*overrides, "run_name=v")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = tmp_path / "v"
+    assert "fixed eval generates with the trainer's vLLM engine (colocate)" in (run / "train.log").read_text()
+    trained_as_asked(run)
+    assert weights_moved(run / "final", embedded_dir()) > 0
+
+    hf = run_train(
+        *SHORT, f"model.path={run / 'final'}", "eval_only=true", f"output_root={tmp_path}", "run_name=h"
+    )
+    assert hf.returncode == 0, hf.stderr[-3000:]
+    by_vllm = json.loads((run / "eval_results" / "eval_step_2.json").read_text())
+    by_hf = json.loads((tmp_path / "h" / "eval_results" / "eval_step_2.json").read_text())
+    assert [e["question"] for e in by_vllm["examples"]] == [e["question"] for e in by_hf["examples"]]
+    assert set(by_vllm["metrics"]) - {"seconds"} == set(by_hf["metrics"]) - {"seconds"}
+    assert set(by_vllm["examples"][0]) == set(by_hf["examples"][0])
