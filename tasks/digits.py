@@ -93,21 +93,22 @@ class ReverseDigitsDataset(_IntegerAnswerDataset):
 # Each level's range is a (low, high) pair, taken as is by reasoning-gym's curriculum context, so a level
 # is one exact range. Level 0 is within reach of a 135M model; the top level is the task's default.
 class SumDigitsCurriculum(BaseCurriculum):
-    """Level 0: two numbers of 1..99; level 3: 2-4 numbers of 10..999 (SumDigitsConfig's defaults)."""
+    """Level 0: one number of 10..99 (the `sum_digits` dataset's problems, which its worked example shows);
+    level 1: two numbers of 1..99; level 3: 2-4 numbers of 10..999 (SumDigitsConfig's defaults)."""
 
     def __init__(self):
         super().__init__(SumDigitsCurriculum.__name__, SumDigitsConfig)
         self._define_attributes(
             RangeAttributeDefinition(
                 name="num_numbers",
-                levels=[(2, 2), (2, 3), (2, 3), (2, 4)],
+                levels=[(1, 1), (2, 2), (2, 3), (2, 4)],
                 description="How many numbers are summed",
                 lower_field_name="min_numbers",
                 upper_field_name="max_numbers",
             ),
             RangeAttributeDefinition(
                 name="value",
-                levels=[(1, 99), (1, 99), (10, 999), (10, 999)],
+                levels=[(10, 99), (1, 99), (10, 999), (10, 999)],
                 description="The range each number is drawn from",
                 lower_field_name="min_value",
                 upper_field_name="max_value",

@@ -73,7 +73,13 @@ def test_state_round_trips_levels_and_windows():
 def test_digits_curricula_run_from_easy_to_the_task_defaults():
     assert top_level("sum_digits") == 3 and top_level("reverse_digits") == 4
     assert top_level("qa_file") is None  # a task without a curriculum
-    assert config_at("sum_digits", 0, {}) == {
+    assert config_at("sum_digits", 0, {}) == {  # the sum_digits dataset's own problems
+        "min_numbers": 1,
+        "max_numbers": 1,
+        "min_value": 10,
+        "max_value": 99,
+    }
+    assert config_at("sum_digits", 1, {}) == {
         "min_numbers": 2,
         "max_numbers": 2,
         "min_value": 1,
@@ -91,7 +97,7 @@ def test_digits_problems_at_level_zero_and_at_the_top():
     easy = LeveledTasks(spec, {"sum_digits": 0, "reverse_digits": 0}, size=200, seed=1)
     top = LeveledTasks(spec, {"sum_digits": 3, "reverse_digits": 4}, size=200, seed=1)
     for problems, sums, reverse in (
-        (easy, (2, 2, 1, 99), (10, 999)),
+        (easy, (1, 1, 10, 99), (10, 999)),
         (top, (2, 4, 10, 999), (100_000, 9_999_999)),
     ):
         entries = [problems[i] for i in range(200)]
