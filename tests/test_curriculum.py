@@ -136,9 +136,10 @@ def test_the_same_index_gives_the_same_problem_within_a_level_and_a_harder_one_a
 
 def test_held_out_questions_are_redrawn_never_served():
     spec = TaskSet({"sum_digits": {}}).spec
-    plain = LeveledTasks(spec, {"sum_digits": 0}, size=100, seed=5)
-    held_out = {plain[i]["question"] for i in range(0, 100, 2)}  # every other problem of level 0
-    problems = LeveledTasks(spec, {"sum_digits": 0}, size=100, seed=5, exclude_questions=held_out)
+    # level 1 (two numbers of 1..99): enough distinct questions that no kept one repeats a held-out one
+    plain = LeveledTasks(spec, {"sum_digits": 1}, size=100, seed=5)
+    held_out = {plain[i]["question"] for i in range(0, 100, 2)}  # every other problem
+    problems = LeveledTasks(spec, {"sum_digits": 1}, size=100, seed=5, exclude_questions=held_out)
     served = [problems[i]["question"] for i in range(100)]
     assert not set(served) & held_out
     assert served[1::2] == [plain[i]["question"] for i in range(1, 100, 2)]  # the rest are untouched
@@ -162,7 +163,7 @@ def test_curriculum_datasets_keep_the_fixed_eval_and_draw_rows_at_the_level():
     rows = [train[i] for i in range(64)]
     assert rows[5] == train[5]  # TRL fetches a group's completions by the same index
     assert {r["level"] for r in rows} == {0} and {r["task"] for r in rows} == {"sum_digits"}
-    assert all(len(json.loads(r["metadata"])["numbers"]) == 2 for r in rows)
+    assert all(len(json.loads(r["metadata"])["numbers"]) == 1 for r in rows)  # level 0: one number
     assert rows[0]["prompt"][-1] == {"role": "user", "content": rows[0]["question"]}
     assert not {r["question"] for r in rows} & {r["question"] for r in eval_rows}
     curriculum.problems.set_level("sum_digits", 3)
