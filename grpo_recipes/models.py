@@ -109,10 +109,6 @@ def torch_dtype(name: str, on_gpu: bool):
 def _load_model(local: str, kwargs: dict[str, Any]):
     """from_pretrained; a checkpoint a sharding engine saved as shards (ZeRO-3, FSDP) is read through the
     engine's own converter first (weights.py), then loaded as any model directory is."""
-    import shutil
-    import tempfile
-
-    import torch
     from transformers import AutoModelForCausalLM
 
     from grpo_recipes import weights
@@ -121,13 +117,7 @@ def _load_model(local: str, kwargs: dict[str, Any]):
     if kind is None:
         return AutoModelForCausalLM.from_pretrained(local, **kwargs)
     log.info("%s holds %s shards and no weights file: consolidating them to load", local, kind)
-    state_dict = weights.consolidated_state_dict(Path(local))
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in ("config.json", "generation_config.json"):
-            if (Path(local) / name).is_file():
-                shutil.copy(Path(local) / name, tmp)
-        torch.save(state_dict, Path(tmp) / "pytorch_model.bin")  # tied weights share storage: not safetensors
-        return AutoModelForCausalLM.from_pretrained(tmp, **kwargs)
+    return AutoModelForCausalLM.from_pretrained(str(weights.consolidated_copy(Path(local))), **kwargs)
 
 
 def first_line(err: BaseException) -> str:

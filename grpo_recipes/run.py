@@ -197,6 +197,7 @@ def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
     from grpo_recipes.no_signal import NoSignalWarning
     from grpo_recipes.outputs import ConciseProgressCallback, MetricsFileCallback
     from grpo_recipes.stopping import GracefulStop
+    from grpo_recipes.weights import CompleteShardedCheckpoints
 
     samples = sample_recorder(cfg, run_dir, s)
     try:
@@ -240,6 +241,7 @@ def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
     )
     trainer.add_callback(samples)
     trainer.add_callback(stop)
+    trainer.add_callback(CompleteShardedCheckpoints())  # FSDP sharded checkpoints: eval_only loads them
     return Training(trainer, evaluation, stop)
 
 

@@ -17,6 +17,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from transformers import TrainerCallback
+
 log = logging.getLogger("grpo_recipes")
 
 # What from_pretrained (or peft) reads; any of them makes a directory loadable as it is.
@@ -65,6 +67,58 @@ def consolidated_state_dict(path: Path) -> dict[str, Any]:
             state = torch.load(Path(tmp) / "model.pt", weights_only=True)
         return state.get("model", state)
     raise ValueError(f"{path} holds no DeepSpeed or FSDP shards")
+
+
+def consolidated_copy(path: Path) -> Path:
+    """A directory `from_pretrained` loads: a sharded checkpoint's consolidated weights beside its config and
+    tokenizer files. Kept under the cache (one per checkpoint and version of its shards), not in a temporary
+    directory: the loaded model's `name_or_path` must stay a real directory, since TRL rebuilds the reference
+    model from it (beta > 0) and vLLM loads it by that name. The checkpoint itself is not touched."""
+    import hashlib
+
+    import torch
+    from filelock import FileLock
+
+    from grpo_recipes.embedded import cache_root
+
+    path = path.resolve()
+    shards = path / (FSDP_MODEL_DIR if sharded_format(path) == "fsdp" else ZERO_TAG_FILE)
+    key = hashlib.sha1(f"{path}:{shards.stat().st_mtime_ns}".encode()).hexdigest()[:16]
+    target = cache_root() / "consolidated" / f"{path.name}-{key}"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target) + ".lock"):  # the ranks of a multi-process eval_only convert it once
+        if not (target / "pytorch_model.bin").is_file():
+            state_dict = consolidated_state_dict(path)
+            tmp = Path(tempfile.mkdtemp(dir=target.parent))
+            for item in path.iterdir():  # config, generation config, tokenizer, chat template
+                if item.is_file() and item.suffix in (".json", ".jinja", ".txt", ".model"):
+                    shutil.copy(item, tmp)
+            torch.save(state_dict, tmp / "pytorch_model.bin")  # tied weights share storage: not safetensors
+            shutil.rmtree(target, ignore_errors=True)
+            tmp.rename(target)
+    return target
+
+
+def write_loading_files(directory: Path, model, tokenizer) -> None:
+    """What from_pretrained needs besides the weights: config, generation config, tokenizer."""
+    inner = getattr(model, "module", model)  # an FSDP1 wrapper holds the model; FSDP2 keeps its class
+    inner.config.save_pretrained(directory)
+    if getattr(inner, "generation_config", None) is not None:
+        inner.generation_config.save_pretrained(directory)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(directory)
+
+
+class CompleteShardedCheckpoints(TrainerCallback):
+    """Under FSDP's SHARDED_STATE_DICT a checkpoint gets accelerate's shards and nothing else (save_model
+    saves only a FULL_STATE_DICT): no config, no tokenizer, so eval_only could not load it. After each save
+    the main process adds them (the shards stay as written: they are the resumable state)."""
+
+    def on_save(self, args, state, control, model=None, processing_class=None, **kwargs):
+        checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        missing = sharded_format(checkpoint) == "fsdp" and not (checkpoint / "config.json").is_file()
+        if state.is_world_process_zero and model is not None and missing:
+            write_loading_files(checkpoint, model, processing_class)
 
 
 def save_final_model(trainer, out_dir: Path) -> None:

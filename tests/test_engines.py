@@ -92,25 +92,42 @@ def test_a_signal_on_one_rank_stops_every_rank_after_the_same_step():
 
 
 # --- sharded checkpoints that load -----------------------------------------------------------------
-def test_an_fsdp_sharded_checkpoint_loads_through_torchs_converter(tmp_path, tiny):
-    """accelerate saves SHARDED_STATE_DICT as a torch distributed checkpoint of {"model": state_dict}
-    in pytorch_model_fsdp_0/; eval_only (load_model_and_tokenizer) reads it back whole."""
+def test_an_fsdp_sharded_checkpoint_loads_through_torchs_converter(tmp_path, tiny, monkeypatch):
+    """Under SHARDED_STATE_DICT a checkpoint holds only accelerate's torch distributed checkpoint of
+    {"model": state_dict} in pytorch_model_fsdp_0/ (transformers writes no config or tokenizer there). The
+    callback adds those after the save; eval_only (load_model_and_tokenizer) then reads the model back whole
+    from a kept consolidated copy (its name_or_path stays a directory that loads); the checkpoint is kept."""
     import torch.distributed.checkpoint as dcp
+    from transformers import TrainerControl
 
     from grpo_recipes.models import load_model_and_tokenizer
-    from grpo_recipes.weights import FSDP_MODEL_DIR, sharded_format
+    from grpo_recipes.weights import FSDP_MODEL_DIR, CompleteShardedCheckpoints, sharded_format
 
+    monkeypatch.setenv("GRPO_RECIPES_CACHE", str(tmp_path / "cache"))
     model, tokenizer = tiny
-    model.save_pretrained(tmp_path)
-    tokenizer.save_pretrained(tmp_path)
-    (tmp_path / "model.safetensors").unlink()
+    checkpoint = tmp_path / "run" / "checkpoint-3"
     state = {k: v.clone() for k, v in model.state_dict().items()}
-    dcp.save({"model": state}, checkpoint_id=str(tmp_path / FSDP_MODEL_DIR))
-    assert sharded_format(tmp_path) == "fsdp"
+    dcp.save({"model": state}, checkpoint_id=str(checkpoint / FSDP_MODEL_DIR))  # all the trainer leaves
+    assert sharded_format(checkpoint) == "fsdp" and not (checkpoint / "config.json").exists()
 
-    loaded, _ = load_model_and_tokenizer({"path": str(tmp_path), "dtype": "float32"}, on_gpu=False)
+    args = SimpleNamespace(output_dir=str(tmp_path / "run"))
+    for rank0 in (False, True):  # only the main process writes
+        run_state = SimpleNamespace(global_step=3, is_world_process_zero=rank0)
+        CompleteShardedCheckpoints().on_save(
+            args, run_state, TrainerControl(), model=model, processing_class=tokenizer
+        )
+        assert (checkpoint / "config.json").is_file() == rank0
+    before = sorted(p.name for p in checkpoint.rglob("*"))
+
+    loaded, loaded_tokenizer = load_model_and_tokenizer(
+        {"path": str(checkpoint), "dtype": "float32"}, on_gpu=False
+    )
     for (name, a), (_, b) in zip(model.state_dict().items(), loaded.state_dict().items(), strict=True):
         assert torch.equal(a, b), name
+    assert loaded_tokenizer.get_vocab() == tokenizer.get_vocab()
+    assert sorted(p.name for p in checkpoint.rglob("*")) == before  # the checkpoint is not changed
+    again = type(loaded).from_pretrained(loaded.name_or_path)  # what TRL's reference model and vLLM load
+    assert all(torch.equal(a, b) for a, b in zip(again.parameters(), loaded.parameters(), strict=True))
 
 
 # --- the fixed eval's generation interface ---------------------------------------------------------
@@ -223,6 +240,9 @@ def two_process_config(preset: str, tmp_path: Path, **changes) -> Path:
 
 def launch(config: Path, *overrides: str) -> subprocess.Popen:
     env = {**os.environ, "DS_ACCELERATOR": "cpu", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env["CUDA_VISIBLE_DEVICES"] = (
+        ""  # CPU processes even on a GPU machine (accelerate picks NCCL if it sees one)
+    )
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config)]
     return subprocess.Popen(
         [*cmd, str(ROOT / "train_grpo.py"), *overrides],
