@@ -28,11 +28,15 @@ class CompletionGenerator(Protocol):
 
 
 def eos_of(model, tokenizer) -> int | list[int]:
-    return model.generation_config.eos_token_id or tokenizer.eos_token_id
+    """The id(s) generation stops at: the model's generation config's, else the tokenizer's."""
+    config = model.generation_config
+    return (config.eos_token_id if config is not None else None) or tokenizer.eos_token_id
 
 
-def as_set(eos: int | list[int]) -> set[int]:
-    return set(eos if isinstance(eos, list) else [eos])
+def end_ids(model, tokenizer) -> set[int]:
+    """The ids that end a completion, as a set (the eval's and samples.jsonl's reader of completions)."""
+    eos = eos_of(model, tokenizer)
+    return {i for i in (eos if isinstance(eos, list) else [eos]) if i is not None}
 
 
 class HFGenerator:
@@ -41,7 +45,7 @@ class HFGenerator:
     def __init__(self, model, tokenizer, batch_size: int, progress: bool = False):
         self.model, self.tokenizer, self.batch_size, self.progress = model, tokenizer, batch_size, progress
         self.eos = eos_of(model, tokenizer)
-        self.eos_token_ids = as_set(self.eos)
+        self.eos_token_ids = end_ids(model, tokenizer)
 
     def config(self, n: int, temperature: float | None, max_new_tokens: int):
         from transformers import GenerationConfig
@@ -94,7 +98,7 @@ class VLLMGenerator:
 
     def __init__(self, vllm_generation, tokenizer, model):
         self.engine, self.tokenizer = vllm_generation, tokenizer
-        self.eos_token_ids = as_set(eos_of(model, tokenizer))
+        self.eos_token_ids = end_ids(model, tokenizer)
         self.synced = False
 
     def generate(

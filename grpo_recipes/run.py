@@ -254,10 +254,9 @@ def vllm_generator(trainer, s: Setup):
 
 def sample_recorder(cfg: dict[str, Any], run_dir: Path, s: Setup):
     """samples.jsonl (samples.py): answers read as the rewards read them (prefix + completion)."""
+    from grpo_recipes.generation import end_ids
     from grpo_recipes.samples import SampleRecorder
 
-    eos = s.model.generation_config.eos_token_id if s.model.generation_config is not None else None
-    eos_ids = {s.tokenizer.eos_token_id} | set(eos if isinstance(eos, list) else [eos])
     prefix = s.response_prefix
     return SampleRecorder(
         run_dir / "samples.jsonl",
@@ -265,7 +264,7 @@ def sample_recorder(cfg: dict[str, Any], run_dir: Path, s: Setup):
         count=cfg["log_samples_count"],
         judge=lambda texts, rows: s.taskset.judge([prefix + t for t in texts], rows),
         max_completion_length=s.args.max_completion_length,
-        eos_token_ids={i for i in eos_ids if i is not None},
+        eos_token_ids=end_ids(s.model, s.tokenizer),  # as the fixed eval reads completions
         report_to=s.args.report_to,
     )
 
