@@ -185,6 +185,7 @@ SCHEMA: dict[str, Value] = {
     "dataset.name": STR,
     "dataset.prompt_format": STR,
     "dataset.system_prompt": OPT_STR,
+    "dataset.few_shot": Value("list", optional=True),
     "dataset.train_size": COUNT,
     "dataset.seed": Int(0),
     "dataset.tasks": Value("dict"),
@@ -308,7 +309,7 @@ def check_config(cfg: Mapping[str, Any], world_size: int | None = None) -> None:
     registries know: tasks and their config keys, rewards and their options, the prompt format, the
     sandbox settings and a local model path. (TRL's own rules: config.check_grpo_config, in the job.)"""
     check_values(cfg, world_size)
-    from grpo_recipes.data import system_prompt
+    from grpo_recipes.data import few_shot, system_prompt
     from grpo_recipes.models import check_model_path
     from rewards import RewardContext, build_rewards
     from rewards.sandbox import Executor
@@ -317,6 +318,7 @@ def check_config(cfg: Mapping[str, Any], world_size: int | None = None) -> None:
     dataset = cfg["dataset"]
     validate_tasks(dataset["tasks"])
     system_prompt(dataset)
+    few_shot(dataset)
     if dataset["seed"] == cfg["eval"]["seed"]:
         raise ConfigError(
             f"eval.seed={cfg['eval']['seed']}: must differ from dataset.seed so that train and eval "

@@ -36,7 +36,7 @@ def build_curriculum_datasets(dataset_cfg: dict[str, Any], eval_cfg: dict[str, A
     """(TaskSet, train Dataset drawn on the fly, eval rows, Curriculum)."""
     from datasets import Dataset
 
-    taskset, system, eval_rows = build_eval_set(dataset_cfg, eval_cfg)
+    taskset, system, shots, eval_rows = build_eval_set(dataset_cfg, eval_cfg)
     settings = dataset_cfg["curriculum"]
     tops = {name: top for name in taskset.names if (top := top_level(name)) is not None}
     controller = LevelController(
@@ -52,7 +52,7 @@ def build_curriculum_datasets(dataset_cfg: dict[str, Any], eval_cfg: dict[str, A
 
     def rows(batch: dict[str, list]) -> dict[str, list]:
         drawn = [problems[int(i)] for i in batch["index"]]
-        out = [{**to_row(e, system), "level": e["level"]} for e in drawn]
+        out = [{**to_row(e, system, shots), "level": e["level"]} for e in drawn]
         return {c: [r[c] for r in out] for c in COLUMNS}
 
     train = Dataset.from_dict({"index": list(range(len(problems)))}).with_transform(rows)

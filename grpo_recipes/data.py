@@ -22,14 +22,38 @@ def system_prompt(dataset_cfg: dict[str, Any]) -> str | None:
     return override if override is not None else fmt.system_prompt
 
 
-def build_messages(question: str, system: str | None) -> list[dict[str, str]]:
+def few_shot(dataset_cfg: dict[str, Any]) -> list[tuple[str, str]]:
+    """`dataset.few_shot` as (question, completion) pairs; one message naming the bad item otherwise."""
+    pairs = []
+    for i, item in enumerate(dataset_cfg.get("few_shot") or []):
+        if not (
+            isinstance(item, dict)
+            and set(item) == {"question", "completion"}
+            and all(isinstance(v, str) and v.strip() for v in item.values())
+        ):
+            raise ConfigError(
+                f"dataset.few_shot[{i}]={item!r}: each example is a mapping of two non-empty strings, "
+                "{question: ..., completion: ...} (the completion as the model should write it)"
+            )
+        pairs.append((item["question"], item["completion"]))
+    return pairs
+
+
+def build_messages(
+    question: str, system: str | None, shots: list[tuple[str, str]] | tuple = ()
+) -> list[dict[str, str]]:
+    """System message, then each worked example as an earlier user/assistant turn, then the question.
+    A small model copies an answer it has already "written" far more reliably than an example inside
+    the system prompt (README, "Experiment presets")."""
     messages = [{"role": "system", "content": system}] if system else []
+    for shot_question, completion in shots:
+        messages += [{"role": "user", "content": shot_question}, {"role": "assistant", "content": completion}]
     return messages + [{"role": "user", "content": question}]
 
 
-def to_row(entry: dict[str, Any], system: str | None) -> dict[str, Any]:
+def to_row(entry: dict[str, Any], system: str | None, shots: list[tuple[str, str]] | tuple = ()) -> dict[str, Any]:
     return {
-        "prompt": build_messages(entry["question"], system),
+        "prompt": build_messages(entry["question"], system, shots),
         "question": entry["question"],
         "answer": str(entry["answer"]),
         "task": entry["metadata"].get("source_dataset", "unknown"),
@@ -37,17 +61,24 @@ def to_row(entry: dict[str, Any], system: str | None) -> dict[str, Any]:
     }
 
 
-def build_eval_rows(taskset: TaskSet, eval_cfg: dict[str, Any], system: str | None) -> list[dict[str, Any]]:
+def build_eval_rows(
+    taskset: TaskSet, eval_cfg: dict[str, Any], system: str | None, shots: list[tuple[str, str]] | tuple = ()
+) -> list[dict[str, Any]]:
     """`eval.size` problems per task, each task with its own seed offset."""
     rows = []
     for i, name in enumerate(taskset.names):
         single = TaskSet({name: taskset.spec[name]})
-        rows += [to_row(e, system) for e in single.sample(int(eval_cfg["size"]), int(eval_cfg["seed"]) + i)]
+        drawn = single.sample(int(eval_cfg["size"]), int(eval_cfg["seed"]) + i)
+        rows += [to_row(e, system, shots) for e in drawn]
     return rows
 
 
 def build_train_rows(
-    taskset: TaskSet, dataset_cfg: dict[str, Any], system: str | None, eval_rows: list[dict[str, Any]]
+    taskset: TaskSet,
+    dataset_cfg: dict[str, Any],
+    system: str | None,
+    eval_rows: list[dict[str, Any]],
+    shots: list[tuple[str, str]] | tuple = (),
 ) -> list[dict[str, Any]]:
     held_out = {r["question"] for r in eval_rows}
     entries = taskset.sample(
@@ -58,22 +89,22 @@ def build_train_rows(
             "dataset: every train problem is also in the eval set; raise dataset.train_size "
             "or widen the task config"
         )
-    return [to_row(e, system) for e in entries]
+    return [to_row(e, system, shots) for e in entries]
 
 
 def build_eval_set(dataset_cfg: dict[str, Any], eval_cfg: dict[str, Any]):
-    """(TaskSet, system prompt, eval rows): the tasks as configured, and their fixed eval."""
+    """(TaskSet, system prompt, few-shot pairs, eval rows): the tasks as configured, and their fixed eval."""
     if int(dataset_cfg["seed"]) == int(eval_cfg["seed"]):
         raise ConfigError("eval.seed must differ from dataset.seed so that train and eval sets differ")
     taskset = TaskSet(dataset_cfg["tasks"], dataset_cfg.get("prompt_format", "plain"))
-    system = system_prompt(dataset_cfg)
-    return taskset, system, build_eval_rows(taskset, eval_cfg, system)
+    system, shots = system_prompt(dataset_cfg), few_shot(dataset_cfg)
+    return taskset, system, shots, build_eval_rows(taskset, eval_cfg, system, shots)
 
 
 def build_datasets(dataset_cfg: dict[str, Any], eval_cfg: dict[str, Any]):
     """(TaskSet, train Dataset, eval rows); dataset.curriculum's: grpo_recipes/curriculum.py."""
     from datasets import Dataset
 
-    taskset, system, eval_rows = build_eval_set(dataset_cfg, eval_cfg)
-    train_rows = build_train_rows(taskset, dataset_cfg, system, eval_rows)
+    taskset, system, shots, eval_rows = build_eval_set(dataset_cfg, eval_cfg)
+    train_rows = build_train_rows(taskset, dataset_cfg, system, eval_rows, shots)
     return taskset, Dataset.from_list(train_rows), eval_rows
