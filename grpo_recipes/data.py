@@ -51,7 +51,9 @@ def build_messages(
     return messages + [{"role": "user", "content": question}]
 
 
-def to_row(entry: dict[str, Any], system: str | None, shots: list[tuple[str, str]] | tuple = ()) -> dict[str, Any]:
+def to_row(
+    entry: dict[str, Any], system: str | None, shots: list[tuple[str, str]] | tuple = ()
+) -> dict[str, Any]:
     return {
         "prompt": build_messages(entry["question"], system, shots),
         "question": entry["question"],
