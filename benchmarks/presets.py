@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -193,7 +194,7 @@ def main() -> None:
     text = table(rows)
     print(text)
     if args.write:
-        rows = record(rows, f"python -m benchmarks.presets {' '.join(sys.argv[1:])}")
+        rows = record(rows, f"python -m benchmarks.presets {shlex.join(sys.argv[1:])}")
         for path in (ROOT / "benchmarks/RESULTS.md", ROOT / "README.md"):
             write_between_marks(path, f"{table(rows)}\n\nMeasured by:\n{provenance(rows)}")
 

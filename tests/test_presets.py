@@ -48,6 +48,22 @@ def test_digits_preset_signed_reward_and_eval_before_and_after(tmp_path):
         assert r["train/rewards/accuracy/mean"] == pytest.approx(2 * r["train/accuracy/sum_digits"] - 1)
 
 
+def test_digits_reverse_preset_two_digit_numbers_and_a_few_shot_turn(tmp_path):
+    from omegaconf import OmegaConf
+
+    run_dir, evals, train = _run(tmp_path, "digits", "dataset=reverse_digits", "max_steps=1")
+    assert sorted(evals) == [0, 1] and len(train) == 1
+    for e in evals[0]["examples"]:
+        assert e["task"] == "reverse_digits"
+        assert 10 <= int(e["question"].removeprefix("What is ").removesuffix(" reversed?")) <= 99
+    # the worked example travels with the run's config, as a chat turn before every question
+    shots = OmegaConf.load(run_dir / "config.yaml").dataset.few_shot
+    assert [s.question for s in shots] == ["What is 47 reversed?"] and "[ANSWER] 74" in shots[0].completion
+    assert train[0]["train/rewards/accuracy/mean"] == pytest.approx(
+        2 * train[0]["train/accuracy/reverse_digits"] - 1
+    )
+
+
 def test_gsm8k_preset_combined_reward_group_16_lora(tmp_path):
     run_dir, evals, train = _run(tmp_path, "gsm8k", "max_steps=1")
     assert all(e["task"] == "gsm_symbolic" for e in evals[0]["examples"])
