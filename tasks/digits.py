@@ -117,14 +117,22 @@ class SumDigitsCurriculum(BaseCurriculum):
 
 
 class ReverseDigitsCurriculum(BaseCurriculum):
-    """Level 0: 2-3 digit numbers; a digit more per level, up to 6-7 digits (the config defaults)."""
+    """Level 0: two-digit numbers (the `reverse_digits` dataset's problems); level 1: 2-3 digits; then a
+    digit more per level, up to 6-7 digits (the config defaults)."""
 
     def __init__(self):
         super().__init__(ReverseDigitsCurriculum.__name__, ReverseDigitsConfig)
         self._define_attributes(
             RangeAttributeDefinition(
                 name="value",
-                levels=[(10, 999), (100, 9_999), (1_000, 99_999), (10_000, 999_999), (100_000, 9_999_999)],
+                levels=[
+                    (10, 99),
+                    (10, 999),
+                    (100, 9_999),
+                    (1_000, 99_999),
+                    (10_000, 999_999),
+                    (100_000, 9_999_999),
+                ],
                 description="The range the number is drawn from",
                 lower_field_name="min_value",
                 upper_field_name="max_value",

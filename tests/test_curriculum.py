@@ -71,7 +71,7 @@ def test_state_round_trips_levels_and_windows():
 
 
 def test_digits_curricula_run_from_easy_to_the_task_defaults():
-    assert top_level("sum_digits") == 3 and top_level("reverse_digits") == 4
+    assert top_level("sum_digits") == 3 and top_level("reverse_digits") == 5
     assert top_level("qa_file") is None  # a task without a curriculum
     assert config_at("sum_digits", 0, {}) == {  # the sum_digits dataset's own problems
         "min_numbers": 1,
@@ -85,19 +85,20 @@ def test_digits_curricula_run_from_easy_to_the_task_defaults():
         "min_value": 1,
         "max_value": 99,
     }
-    assert config_at("reverse_digits", 0, {}) == {"min_value": 10, "max_value": 999}
+    assert config_at("reverse_digits", 0, {}) == {"min_value": 10, "max_value": 99}
+    assert config_at("reverse_digits", 1, {}) == {"min_value": 10, "max_value": 999}
     defaults = {k: v for k, v in vars(SumDigitsConfig()).items() if k not in ("seed", "size")}
     assert config_at("sum_digits", 3, {}) == defaults
-    assert config_at("reverse_digits", 4, {}) == {"min_value": 100_000, "max_value": 9_999_999}
+    assert config_at("reverse_digits", 5, {}) == {"min_value": 100_000, "max_value": 9_999_999}
     assert vars(ReverseDigitsConfig())["max_value"] == 9_999_999
 
 
 def test_digits_problems_at_level_zero_and_at_the_top():
     spec = TaskSet({"sum_digits": {}, "reverse_digits": {}}).spec
     easy = LeveledTasks(spec, {"sum_digits": 0, "reverse_digits": 0}, size=200, seed=1)
-    top = LeveledTasks(spec, {"sum_digits": 3, "reverse_digits": 4}, size=200, seed=1)
+    top = LeveledTasks(spec, {"sum_digits": 3, "reverse_digits": 5}, size=200, seed=1)
     for problems, sums, reverse in (
-        (easy, (1, 1, 10, 99), (10, 999)),
+        (easy, (1, 1, 10, 99), (10, 99)),
         (top, (2, 4, 10, 999), (100_000, 9_999_999)),
     ):
         entries = [problems[i] for i in range(200)]
@@ -126,11 +127,11 @@ def test_the_same_index_gives_the_same_problem_within_a_level_and_a_harder_one_a
     again = LeveledTasks(spec, {"reverse_digits": 0}, size=64, seed=3)
     assert [problems[i] for i in range(64)] == first == [again[i] for i in range(64)]
     assert {e["level"] for e in first} == {0}
-    problems.set_level("reverse_digits", 2)
+    problems.set_level("reverse_digits", 3)
     raised = [problems[i] for i in range(64)]
-    assert {e["level"] for e in raised} == {2}
+    assert {e["level"] for e in raised} == {3}
     assert all(1_000 <= e["metadata"]["number"] <= 99_999 for e in raised)
-    assert max(e["metadata"]["number"] for e in first) <= 999
+    assert max(e["metadata"]["number"] for e in first) <= 99
     assert [problems[i] for i in range(64)] == raised
 
 
