@@ -8,11 +8,14 @@ Rows carry `metadata` as JSON text: its shape differs per task and Arrow rejects
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from grpo_common.errors import ConfigError
 from grpo_common.formats import get_format
 from tasks import TaskSet
+
+Shots = Sequence[tuple[str, str]]  # dataset.few_shot as (question, completion) pairs
 
 
 def system_prompt(dataset_cfg: dict[str, Any]) -> str | None:
@@ -22,7 +25,7 @@ def system_prompt(dataset_cfg: dict[str, Any]) -> str | None:
     return override if override is not None else fmt.system_prompt
 
 
-def few_shot(dataset_cfg: dict[str, Any]) -> list[tuple[str, str]]:
+def few_shot(dataset_cfg: dict[str, Any]) -> Shots:
     """`dataset.few_shot` as (question, completion) pairs; one message naming the bad item otherwise."""
     pairs = []
     for i, item in enumerate(dataset_cfg.get("few_shot") or []):
@@ -39,9 +42,7 @@ def few_shot(dataset_cfg: dict[str, Any]) -> list[tuple[str, str]]:
     return pairs
 
 
-def build_messages(
-    question: str, system: str | None, shots: list[tuple[str, str]] | tuple = ()
-) -> list[dict[str, str]]:
+def build_messages(question: str, system: str | None, shots: Shots = ()) -> list[dict[str, str]]:
     """System message, then each worked example as an earlier user/assistant turn, then the question.
     A small model copies an answer it has already "written" far more reliably than an example inside
     the system prompt (README, "Experiment presets")."""
@@ -51,9 +52,7 @@ def build_messages(
     return messages + [{"role": "user", "content": question}]
 
 
-def to_row(
-    entry: dict[str, Any], system: str | None, shots: list[tuple[str, str]] | tuple = ()
-) -> dict[str, Any]:
+def to_row(entry: dict[str, Any], system: str | None, shots: Shots = ()) -> dict[str, Any]:
     return {
         "prompt": build_messages(entry["question"], system, shots),
         "question": entry["question"],
@@ -64,7 +63,7 @@ def to_row(
 
 
 def build_eval_rows(
-    taskset: TaskSet, eval_cfg: dict[str, Any], system: str | None, shots: list[tuple[str, str]] | tuple = ()
+    taskset: TaskSet, eval_cfg: dict[str, Any], system: str | None, shots: Shots = ()
 ) -> list[dict[str, Any]]:
     """`eval.size` problems per task, each task with its own seed offset."""
     rows = []
@@ -80,7 +79,7 @@ def build_train_rows(
     dataset_cfg: dict[str, Any],
     system: str | None,
     eval_rows: list[dict[str, Any]],
-    shots: list[tuple[str, str]] | tuple = (),
+    shots: Shots = (),
 ) -> list[dict[str, Any]]:
     held_out = {r["question"] for r in eval_rows}
     entries = taskset.sample(

@@ -115,9 +115,10 @@ class CompleteShardedCheckpoints(TrainerCallback):
     the main process adds them (the shards stay as written: they are the resumable state)."""
 
     def on_save(self, args, state, control, model=None, processing_class=None, **kwargs):
+        if not state.is_world_process_zero or model is None:
+            return
         checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-        missing = sharded_format(checkpoint) == "fsdp" and not (checkpoint / "config.json").is_file()
-        if state.is_world_process_zero and model is not None and missing:
+        if sharded_format(checkpoint) == "fsdp" and not (checkpoint / "config.json").is_file():
             write_loading_files(checkpoint, model, processing_class)
 
 

@@ -56,11 +56,17 @@ def test_no_examples_and_no_system_prompt_leave_the_question_alone():
     assert train[0]["prompt"] == [{"role": "user", "content": train[0]["question"]}]
 
 
-def test_the_embedded_models_chat_template_renders_the_example_as_an_assistant_turn(tiny):
-    _, tokenizer = tiny
+def test_a_chatml_template_renders_the_example_as_an_earlier_assistant_turn(tiny):
+    _, tokenizer = tiny  # ChatML, the embedded SmolLM2's template family
     _, _, rows = build_datasets(_dataset(), {"size": 1, "seed": 7})
     text = tokenizer.apply_chat_template(rows[0]["prompt"], tokenize=False, add_generation_prompt=True)
-    assert text.index(SHOT["question"]) < text.index(SHOT["completion"]) < text.index(rows[0]["question"])
+    example = (
+        f"<|im_start|>user\n{SHOT['question']}<|im_end|>\n"
+        f"<|im_start|>assistant\n{SHOT['completion']}<|im_end|>"
+    )
+    assert example in text
+    assert text.index(example) < text.index(rows[0]["question"])
+    assert text.endswith("<|im_start|>assistant\n")  # the model answers the last question
 
 
 @pytest.mark.parametrize(
