@@ -51,7 +51,7 @@ def test_preset_composes_with_its_hub_id_and_gpu_settings(preset):
     assert grpo["per_device_train_batch_size"] % grpo["num_generations"] == 0
     assert 0 < grpo["vllm_gpu_memory_utilization"] <= 0.3
     # an experiment still decides its own batch (it comes last)
-    assert composed(preset, "experiment=gsm8k")["grpo"]["per_device_train_batch_size"] == 16
+    assert composed(preset, "experiment=gsm8k")["grpo"]["per_device_train_batch_size"] == 8
 
 
 # peft 0.21.2 calls transformers 5.23's deprecated is_gradient_checkpointing when it wraps a model

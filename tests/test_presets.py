@@ -64,7 +64,7 @@ def test_digits_reverse_preset_two_digit_numbers_and_a_few_shot_turn(tmp_path):
     )
 
 
-def test_gsm8k_preset_combined_reward_group_16_lora(tmp_path):
+def test_gsm8k_preset_combined_reward_few_shot_turn_lora(tmp_path):
     run_dir, evals, train = _run(tmp_path, "gsm8k", "max_steps=1")
     assert all(e["task"] == "gsm_symbolic" for e in evals[0]["examples"])
     (r,) = train
@@ -72,6 +72,8 @@ def test_gsm8k_preset_combined_reward_group_16_lora(tmp_path):
     assert -0.1 - 1e-6 <= r["train/rewards/correct_and_format/mean"] <= 1.0 + 1e-6  # float32 means
     config = (run_dir / "config.yaml").read_text()
     assert "num_generations: 8" in config and "format_weight: 0.1" in config
+    # sized for the embedded model: a worked example as a chat turn, so a group's format can vary
+    assert "[ANSWER] 27" in config
     # the recipe's own objective on the fixed eval: 1[correct] + 0.1 (1[format] - 1) per problem
     for e in evals.values():
         m = e["metrics"]
@@ -155,10 +157,11 @@ _RECIPE_SUM_PROMPT = (
             ["experiment=digits_source", "dataset=reverse_digits_source"],
             {"dataset.tasks.reverse_digits.config": {"min_value": 100000, "max_value": 9999999}},
         ),
-        # tinker GSM8K: group 16, 256 tokens, LoRA r32 at 4e-5
+        # tinker GSM8K: the bare question, group 16, 256 tokens, LoRA r32 at 4e-5
         (
             ["experiment=gsm8k_source"],
             {
+                "dataset.few_shot": [],
                 "grpo.num_generations": 16,
                 "grpo.max_completion_length": 256,
                 "model.lora.r": 32,
