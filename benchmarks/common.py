@@ -21,9 +21,15 @@ def machine() -> str:
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
                 break
+    from grpo_recipes.hardware import detect_hardware
+
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    # The same CPU model name comes with and without native bf16, and a run's precision follows it
+    # (bf16 autocast or fp32): its speed and its numbers differ.
+    precision = "native bf16" if detect_hardware().bf16 else "no native bf16"
     return (
-        f"{cpu}, {os.cpu_count()} cores, {gpu}, Python {platform.python_version()}, torch {torch.__version__}"
+        f"{cpu}, {os.cpu_count()} cores, {gpu}, {precision}, Python {platform.python_version()}, "
+        f"torch {torch.__version__}"
     )
 
 

@@ -6,6 +6,8 @@ end, as shipped, the way a user runs it; one table.
     python -m benchmarks.presets --only digits        # one preset (a name from PRESETS)
     python -m benchmarks.presets --write              # also record the rows and put the table into
                                                       # RESULTS.md and the README
+    python -m benchmarks.presets --set grpo.bf16=false  # the presets with extra overrides (fp32 on
+                                                      # a CPU with native bf16); not recordable
 
 Per run: the fixed eval's headline metric (accuracy; pass@1 for code) at step 0 and at the end,
 the gain in points, the recipe's own reward on the fixed eval where the preset names one, wall
@@ -45,13 +47,14 @@ MARK_BEGIN, MARK_END = "<!-- presets table: begin -->", "<!-- presets table: end
 RECORD = ROOT / "benchmarks/presets.json"
 
 
-def run_preset(name: str, seed: int, out: Path) -> dict:
+def run_preset(name: str, seed: int, out: Path, extra: list[str] = ()) -> dict:
     overrides, metric = PRESETS[name]
     run_name = f"{name.replace(' ', '_')}-seed{seed}"
     cmd = [
         sys.executable,
         str(ROOT / "train_grpo.py"),
         *overrides,
+        *extra,
         f"seed={seed}",
         f"output_root={out}",
         f"run_name={run_name}",
@@ -97,7 +100,7 @@ def run_preset(name: str, seed: int, out: Path) -> dict:
 
 
 def _tasks(metrics: dict) -> set[str]:
-    return {k.split("/", 1)[0] for k in metrics if k.endswith("/accuracy") and "/" in k}
+    return {k.split("/", 1)[0] for k in metrics if k.endswith("/accuracy") and not k.startswith("level/")}
 
 
 def _setup_seconds(log: str) -> float:
@@ -182,14 +185,19 @@ def main() -> None:
     parser.add_argument(
         "--keep", type=Path, help="keep the runs' directories here (default: a temporary dir)"
     )
+    parser.add_argument(
+        "--set", nargs="+", default=[], metavar="KEY=VALUE", help="train_grpo.py overrides for every run"
+    )
     args = parser.parse_args()
+    if args.write and args.set:
+        parser.error("--write records the presets as shipped; run --set without --write")
     print(machine(), flush=True)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         out = args.keep or Path(tmp)
         for name in args.only:
             for seed in args.seeds:
-                rows.append(run_preset(name, seed, out))
+                rows.append(run_preset(name, seed, out, args.set))
                 print(table(rows[-1:]).splitlines()[-1], flush=True)
     text = table(rows)
     print(text)
