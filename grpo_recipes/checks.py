@@ -195,6 +195,7 @@ SCHEMA: dict[str, Value] = {
     "dataset.curriculum.raise_at": PROB,
     "dataset.curriculum.lower_at": PROB,
     "dataset.curriculum.window": COUNT,
+    "dataset.curriculum.eval_per_level": STEPS,
     # sandbox
     "sandbox.timeout": Float(above=0),
     "sandbox.memory_mb": COUNT,
@@ -379,6 +380,11 @@ def check_curriculum(cfg: Mapping[str, Any]) -> None:
     config, a reward whose verdicts drive the levels, and the level living in the main process."""
     settings = cfg["dataset"]["curriculum"]
     if not settings["enabled"]:
+        if settings.get("eval_per_level"):
+            raise ConfigError(
+                f"dataset.curriculum.eval_per_level={show(settings['eval_per_level'])} needs "
+                "dataset.curriculum.enabled=true (the levels are the curriculum's); set it 0 or enable it"
+            )
         return
     from rewards.registry import VERDICT_REWARDS
     from tasks.curriculum import config_at, top_level

@@ -4,6 +4,8 @@ The train set is a map-style `datasets.Dataset` of indices whose rows are drawn 
 (`with_transform`), at the levels of that moment (tasks/leveled.py); the fixed eval is built from the
 task config as written (the target difficulty) and its questions never appear in training. Tasks
 without a curriculum in the mixture train at their config as written (logged at the start).
+With `eval_per_level` > 0 the eval also holds that many problems per task and level (rows marked
+`eval_level`), scored beside the fixed eval and reported apart from its headline (evaluation.py).
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from typing import Any
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
-from grpo_recipes.data import build_eval_set, to_row
-from tasks.curriculum import LevelController, VerdictRecorder, top_level
+from grpo_recipes.data import Shots, build_eval_set, to_row
+from tasks import TaskSet
+from tasks.curriculum import LevelController, VerdictRecorder, config_at, top_level
 from tasks.leveled import LeveledTasks
 
 log = logging.getLogger("grpo_recipes")
@@ -33,12 +36,16 @@ class Curriculum:
 
 
 def build_curriculum_datasets(dataset_cfg: dict[str, Any], eval_cfg: dict[str, Any]):
-    """(TaskSet, train Dataset drawn on the fly, eval rows, Curriculum)."""
+    """(TaskSet, train Dataset drawn on the fly, eval rows (the fixed set, then any per-level sets),
+    Curriculum)."""
     from datasets import Dataset
 
     taskset, system, shots, eval_rows = build_eval_set(dataset_cfg, eval_cfg)
     settings = dataset_cfg["curriculum"]
     tops = {name: top for name in taskset.names if (top := top_level(name)) is not None}
+    per_level = int(settings.get("eval_per_level") or 0)
+    if per_level:
+        eval_rows += build_level_eval_rows(taskset, tops, per_level, int(eval_cfg["seed"]), system, shots)
     controller = LevelController(
         tops, settings["start_level"], settings["raise_at"], settings["lower_at"], settings["window"]
     )
@@ -63,6 +70,24 @@ def build_curriculum_datasets(dataset_cfg: dict[str, Any], eval_cfg: dict[str, A
         [n for n in taskset.names if n not in tops],
     )
     return taskset, train, eval_rows, curriculum
+
+
+def build_level_eval_rows(
+    taskset: TaskSet, tops: dict[str, int], size: int, seed: int, system: str | None, shots: Shots = ()
+) -> list[dict[str, Any]]:
+    """`size` problems of each curriculum task at each of its levels, as its training problems are drawn
+    there (the level's config over the task's); the same for the whole run. Seeds apart from the fixed
+    eval's (seed + task index), so the top level's problems are not the fixed set again."""
+    rows = []
+    for i, name in enumerate(taskset.names):
+        if name not in tops:
+            continue
+        spec = taskset.spec[name]
+        for level in range(tops[name] + 1):
+            at_level = TaskSet({name: {**spec, "config": config_at(name, level, spec["config"])}})
+            drawn = at_level.sample(size, seed + 1000 * (i + 1) + level)
+            rows += [{**to_row(e, system, shots), "eval_level": level} for e in drawn]
+    return rows
 
 
 class CurriculumCallback(TrainerCallback, ExportableState):

@@ -6,6 +6,8 @@ Writes `eval_results/eval_step_<N>.json` (metrics + every example) and sends the
 `eval_<name>` through the trainer's callbacks, which every tracker shows as `eval/<name>`.
 Optionally draws `pass_k.samples` sampled completions per problem for unbiased pass@k. `reward` is the
 run's weighted training reward on the greedy completions: the recipe's own objective on the fixed set.
+Rows marked `eval_level` (dataset.curriculum.eval_per_level) are scored greedily beside it and reported
+only as `level/<task>/<level>/accuracy`: the headline metrics are the fixed set's alone.
 Every rank generates its shard (ZeRO-3 gathers weights collectively); rank 0 writes.
 """
 
@@ -83,13 +85,28 @@ def summarize(
             )
         return out
 
-    by_task = defaultdict(list)
-    for r in examples:
+    fixed = [r for r in examples if r.get("eval_level") is None]
+    by_task, by_level = defaultdict(list), defaultdict(list)
+    for r in fixed:
         by_task[r["task"]].append(r)
-    metrics = {"num_examples": len(examples), **block(examples, "")}
+    for r in examples:
+        if r.get("eval_level") is not None:
+            by_level[(r["task"], r["eval_level"])].append(r)
+    metrics = {"num_examples": len(fixed), **block(fixed, "")}
     for task, rows in sorted(by_task.items()):
         metrics.update(block(rows, f"{task}/"))
+    for (task, level), rows in sorted(by_level.items()):
+        metrics[f"level/{task}/{level}/accuracy"] = sum(r["correct"] for r in rows) / len(rows)
     return metrics
+
+
+def rank_shard(indices: list[int], rank: int, world: int) -> list[int]:
+    """This rank's share of `indices`, padded with repeats so every rank generates the same number of
+    prompts (collective generation, e.g. under ZeRO-3, would hang otherwise)."""
+    if not indices:
+        return []
+    shard, per_rank = indices[rank::world], -(-len(indices) // world)
+    return shard + (shard[-1:] if shard else indices[:1]) * (per_rank - len(shard))
 
 
 class FixedEvaluator:
@@ -193,6 +210,8 @@ class FixedEvaluator:
                 "length": length,
                 "truncated": truncated,
             }
+            if row.get("eval_level") is not None:
+                record["eval_level"] = row["eval_level"]
             if samples[k] is not None:
                 record["num_samples"] = len(samples[k])
                 record["samples_correct"] = correct_counts[k]
@@ -206,7 +225,9 @@ class FixedEvaluator:
         """The weighted sum of the training rewards, called as TRL calls them (without `log_metric`, so
         nothing is logged as training statistics)."""
         raw = [c[len(self.response_prefix) :] for c in completions]  # the rewards add the prefix themselves
-        columns = {key: [r[key] for r in rows] for key in rows[0] if key != "prompt"} if rows else {}
+        # the columns TRL would pass (a per-level row's `eval_level` is the eval's own mark, not a column)
+        keys = [key for key in rows[0] if key not in ("prompt", "eval_level")] if rows else []
+        columns = {key: [r[key] for r in rows] for key in keys}
         totals = [0.0] * len(rows)
         for fn, weight in self.rewards:
             values = fn(
@@ -223,19 +244,19 @@ class FixedEvaluator:
         from accelerate.utils import gather_object
 
         start = time.time()
-        n = len(self.rows)
-        # Equal shards on every rank (padded with repeats) so collective generation cannot hang.
-        shard = list(range(accelerator.process_index, n, accelerator.num_processes))
-        per_rank = -(-n // accelerator.num_processes)
-        shard += shard[-1:] * (per_rank - len(shard)) if shard else [0] * per_rank
+        rank, world = accelerator.process_index, accelerator.num_processes
+        fixed = [i for i, r in enumerate(self.rows) if r.get("eval_level") is None]
+        leveled = [i for i, r in enumerate(self.rows) if r.get("eval_level") is not None]
+        # pass@k samples: the fixed set's only (the per-level sets report greedy accuracy)
+        fixed_shard, level_shard = rank_shard(fixed, rank, world), rank_shard(leveled, rank, world)
         main = accelerator.is_main_process
-        greedy = self.generate(model, shard, progress=main)
+        greedy = self.generate(model, fixed_shard + level_shard, progress=main)
         sampled = (
-            self.generate(model, shard, sampled=True, progress=main)
+            self.generate(model, fixed_shard, sampled=True, progress=main)
             if self.num_samples
-            else [None] * len(shard)
-        )
-        local = self.score_batch(shard, greedy, sampled)
+            else [None] * len(fixed_shard)
+        ) + [None] * len(level_shard)
+        local = self.score_batch(fixed_shard + level_shard, greedy, sampled)
         examples = gather_object(local) if accelerator.num_processes > 1 else local
         examples = sorted({e["index"]: e for e in examples}.values(), key=lambda e: e["index"])
         metrics = summarize(examples, self.ks, self.prompt_format)
@@ -266,10 +287,17 @@ class FixedEvaluator:
             reward,
             metrics["format"],
             metrics["mean_length"],
-            len(examples),
+            metrics["num_examples"],
             metrics["seconds"],
         )
-        for e in examples[: self.print_examples]:
+        levels = defaultdict(list)
+        for key, value in metrics.items():
+            if key.startswith("level/"):
+                task, level, _ = key.split("/", 1)[1].rsplit("/", 2)
+                levels[task].append(f"{level}: {value:.2f}")
+        for task, shares in levels.items():
+            log.info("  %s accuracy per curriculum level: %s", task, ", ".join(shares))
+        for e in [e for e in examples if e.get("eval_level") is None][: self.print_examples]:
             mark = "correct" if e["correct"] else "wrong"
             log.info(
                 "  Q: %s\n    completion: %s\n    extracted %r by %s; answer %r: %s (score %.2f)",

@@ -54,8 +54,35 @@ def load_run(run_dir: Path) -> dict[str, Any]:
     }
 
 
+def fixed_examples(ev: dict[str, Any]) -> list[dict]:
+    """An eval's fixed-set examples (not dataset.curriculum.eval_per_level's per-level problems)."""
+    return [e for e in ev["examples"] if e.get("eval_level") is None]
+
+
 def tasks_of(evals: dict[int, dict]) -> list[str]:
-    return sorted({e["task"] for ev in evals.values() for e in ev["examples"]})
+    return sorted({e["task"] for ev in evals.values() for e in fixed_examples(ev)})
+
+
+def level_table(evals: dict[int, dict]) -> list[str]:
+    """dataset.curriculum.eval_per_level: accuracy per task and level, first eval -> last (no rows: [])."""
+    first, last = min(evals), max(evals)
+    m0, m1 = evals[first]["metrics"], evals[last]["metrics"]
+    keys = [k for k in m1 if k.startswith("level/")]
+    if not keys:
+        return []
+    out = [
+        "## Accuracy per curriculum level",
+        "",
+        f"Step {first} -> step {last}, on problems drawn at each level (the same at every eval).",
+        "",
+        "| task | level | accuracy |",
+        "|---|---:|---:|",
+    ]
+    for key in keys:
+        task, level, _ = key.split("/", 1)[1].rsplit("/", 2)
+        before = f"{m0[key]:.1%} -> " if key in m0 and first != last else ""
+        out.append(f"| {task} | {level} | {before}{m1[key]:.1%} |")
+    return out + [""]
 
 
 def _smooth(values: list[float]) -> list[float]:
@@ -284,7 +311,7 @@ def _table(evals: dict[int, dict], tasks: list[str]) -> list[str]:
 
 def _examples(evals: dict[int, dict], n: int = 3) -> list[str]:
     first, last = min(evals), max(evals)
-    before, after = evals[first]["examples"], evals[last]["examples"]
+    before, after = fixed_examples(evals[first]), fixed_examples(evals[last])
     # favour problems whose outcome changed, then the rest, in eval order
     order = sorted(
         range(min(len(before), len(after))), key=lambda i: before[i]["correct"] == after[i]["correct"]
@@ -413,6 +440,7 @@ def write_report(run_dir: str | Path) -> Path:
                 "",
             ]
         lines += ["## Baseline vs final", ""] + _table(evals, tasks) + [""]
+        lines += level_table(evals)
         # the rules the eval recorded: the run's formats' (code tasks add theirs where they fired)
         rules = [f"{r}: {m1[f'rule/{r}']:.0%}" for r in rule_names() if f"rule/{r}" in m1]
         lines += [f"Answers found at step {last} by rule: {', '.join(rules)}.", ""]

@@ -122,8 +122,10 @@ def _describe(cfg: dict[str, Any], run_dir: Path, s: Setup, accelerator) -> None
     from grpo_recipes.engines import running_engine
 
     n_params = sum(t.numel() for t in s.model.parameters()) / 1e6
+    per_level = sum(r.get("eval_level") is not None for r in s.eval_rows)
     log.info(
-        "Run dir %s | %s x%d, %s | model %s (%.1f M parameters, %s) | tasks %s | %d train / %d eval problems",
+        "Run dir %s | %s x%d, %s | model %s (%.1f M parameters, %s) | tasks %s | %d train / %d eval "
+        "problems%s",
         run_dir,
         s.hw.name,
         s.hw.world_size,
@@ -133,7 +135,8 @@ def _describe(cfg: dict[str, Any], run_dir: Path, s: Setup, accelerator) -> None
         str(s.model.dtype).replace("torch.", ""),
         ", ".join(s.taskset.names),
         len(s.train_dataset),
-        len(s.eval_rows),
+        len(s.eval_rows) - per_level,
+        f" (+{per_level} at the curriculum's levels)" if per_level else "",
     )
 
 

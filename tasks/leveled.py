@@ -66,5 +66,6 @@ class LeveledTasks:
                 return {**entry, "level": self.levels.get(task)}
         raise RuntimeError(
             f"training problem {idx}: {MAX_DRAWS} draws were all fixed-eval problems at levels "
-            f"{self.levels}; the eval set covers (nearly) every problem of a level: lower eval.size"
+            f"{self.levels}; the eval set covers (nearly) every problem of a level: lower eval.size "
+            "(or dataset.curriculum.eval_per_level)"
         )

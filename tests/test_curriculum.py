@@ -171,6 +171,26 @@ def test_curriculum_datasets_keep_the_fixed_eval_and_draw_rows_at_the_level():
     assert {train[i]["level"] for i in range(8)} == {3}
 
 
+def test_per_level_eval_sets_are_drawn_at_each_level_and_held_out_of_training():
+    from grpo_recipes.curriculum import build_curriculum_datasets
+
+    on = ("dataset=sum_digits_source", "dataset.curriculum.enabled=true", "dataset.train_size=64")
+    plain = composed(*on, "eval.size=10")
+    cfg = composed(*on, "eval.size=10", "dataset.curriculum.eval_per_level=5")
+    fixed = build_curriculum_datasets(plain["dataset"], plain["eval"])[2]
+    _, train, eval_rows, curriculum = build_curriculum_datasets(cfg["dataset"], cfg["eval"])
+    assert eval_rows[:10] == fixed and all("eval_level" not in r for r in fixed)  # the fixed eval, unchanged
+    leveled = eval_rows[10:]
+    assert [r["eval_level"] for r in leveled] == [lv for lv in range(4) for _ in range(5)]  # levels 0..3
+    numbers = [len(json.loads(r["metadata"])["numbers"]) for r in leveled]
+    assert set(numbers[:5]) == {1} and max(numbers[15:]) > 2  # level 0: one number; the top: the recipe's
+    assert build_curriculum_datasets(cfg["dataset"], cfg["eval"])[2] == eval_rows  # the same every run
+    held_out = {r["question"] for r in eval_rows}
+    for level in range(4):  # no level's training problems include an eval problem
+        curriculum.problems.set_level("sum_digits", level)
+        assert not {train[i]["question"] for i in range(64)} & held_out
+
+
 # --- the verdicts that drive the levels ---
 
 
@@ -215,7 +235,10 @@ def test_the_curriculum_settings_are_checked_with_clear_messages():
         (("~dataset.tasks.sum_digits", "+dataset.tasks.gsm_symbolic={}"), "no task of dataset.tasks"),
         (("dataset.rewards.accuracy=null",), "needs a reward that judges every completion"),
         (("+grpo.dataloader_num_workers=2",), "grpo.dataloader_num_workers=2"),
+        (("dataset.curriculum.eval_per_level=-1",), "eval_per_level=-1: expected an integer >= 0"),
     ]
     for overrides, message in cases:
         with pytest.raises(ConfigError, match=message):
             check_config(composed(*on, *overrides))
+    with pytest.raises(ConfigError, match="eval_per_level=4 needs dataset.curriculum.enabled=true"):
+        check_config(composed("dataset=sum_digits", "dataset.curriculum.eval_per_level=4"))

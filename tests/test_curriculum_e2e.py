@@ -76,9 +76,10 @@ def test_levels_rise_are_logged_and_survive_a_stop_and_resume(tmp_path):
     assert "curriculum levels (first -> last logged): sum_digits 0 -> 3" in report
 
 
-def test_two_processes_hold_the_same_levels(tmp_path):
+def test_two_processes_hold_the_same_levels_and_share_the_per_level_eval(tmp_path):
     """Each rank draws 8 of the 16 completions a step; the levels follow all 16 (gathered), and the logged
-    level, averaged over the ranks by TRL, is a whole number at every step (the ranks agree)."""
+    level, averaged over the ranks by TRL, is a whole number at every step (the ranks agree). The eval's
+    per-level sets (2 problems at each of levels 0..3) are split over the ranks like the fixed set."""
     cmd = [
         sys.executable,
         "-m",
@@ -90,9 +91,26 @@ def test_two_processes_hold_the_same_levels(tmp_path):
         "max_steps=5",
         "grpo.per_device_train_batch_size=8",
         "grpo.save_strategy=no",
+        "dataset.curriculum.eval_per_level=2",
         f"output_root={tmp_path}",
         "run_name=ddp",
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert levels(tmp_path / "ddp") == {s: expected_level(s) for s in range(1, 6)}
+    run = tmp_path / "ddp"
+    assert levels(run) == {s: expected_level(s) for s in range(1, 6)}
+
+    level_keys = {f"level/sum_digits/{lv}/accuracy" for lv in range(4)}
+    first, final = (json.loads((run / f"eval_results/eval_step_{s}.json").read_text()) for s in (0, 5))
+    for ev in (first, final):
+        assert ev["metrics"]["num_examples"] == 4  # the headline is the fixed set's alone
+        assert sorted(e.get("eval_level", -1) for e in ev["examples"]) == [-1] * 4 + [0, 0, 1, 1, 2, 2, 3, 3]
+        assert {k for k in ev["metrics"] if k.startswith("level/")} == level_keys
+        for lv in range(4):
+            on_level = [e["correct"] for e in ev["examples"] if e.get("eval_level") == lv]
+            assert ev["metrics"][f"level/sum_digits/{lv}/accuracy"] == sum(on_level) / 2
+    assert [e["question"] for e in first["examples"]] == [e["question"] for e in final["examples"]]
+    logged = [r for r in read_jsonl(run / "metrics.jsonl") if r.get("split") == "eval"]
+    assert {r["step"] for r in logged if "eval/level/sum_digits/3/accuracy" in r} == {0, 5}
+    report = (run / "report.md").read_text()
+    assert "## Accuracy per curriculum level" in report and "| sum_digits | 3 |" in report

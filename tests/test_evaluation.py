@@ -5,7 +5,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from grpo_recipes.evaluation import FixedEvaluator, summarize
+from grpo_recipes.evaluation import FixedEvaluator, rank_shard, summarize
 from tests.conftest import read_jsonl
 
 CONFIG = Path(__file__).resolve().parents[1] / "config"
@@ -43,6 +43,30 @@ def test_summarize_overall_and_per_task():
     )
     assert m["rule/tag"] == 0.5 and m["rule/last_number"] == 0.25 and m["rule/none"] == 0.25
     assert m["b/rule/none"] == 0.5 and m["a/rule/phrase"] == 0.0
+
+
+def test_per_level_rows_are_reported_apart_from_the_fixed_eval():
+    fixed = [example("a", True, 1.0, True, 10), example("a", False, 0.0, True, 10)]
+    leveled = [
+        {**example("a", True, 1.0, True, 10), "eval_level": 0},
+        {**example("a", True, 1.0, True, 10), "eval_level": 0},
+        {**example("a", False, 0.0, False, 90), "eval_level": 1},
+        {**example("a", True, 1.0, False, 90), "eval_level": 1},
+        {**example("a", False, 0.0, False, 90), "eval_level": 1},
+        {**example("a", False, 0.0, False, 90), "eval_level": 1},
+    ]
+    m = summarize(fixed + leveled)
+    assert m == {**summarize(fixed), "level/a/0/accuracy": 1.0, "level/a/1/accuracy": 0.25}
+    assert m["num_examples"] == 2 and m["accuracy"] == 0.5 and m["format"] == 1.0
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_rank_shards_cover_every_index_in_equal_counts(world):
+    indices = [4, 5, 6, 7, 8]
+    shards = [rank_shard(indices, rank, world) for rank in range(world)]
+    assert len({len(s) for s in shards}) == 1  # collective generation: the same count on every rank
+    assert sorted(set().union(*shards)) == indices
+    assert rank_shard([], 0, world) == []
 
 
 def eval_rows(n=12):
