@@ -7,7 +7,7 @@
     python train_grpo.py --cfg job                        # print the composed config
     python train_grpo.py -m learning_rate=1e-6,5e-6 seed=1,2
 
-The command line is checked before Hydra runs anything (grpo_recipes/preflight.py): a mistake is
+The command line is checked before Hydra runs anything (grpo_recipes/config/preflight.py): a mistake is
 one line and exit code 2, with nothing created. Heavy libraries are imported inside the job, so
 the check, `--cfg job` and `--help` stay fast.
 """
@@ -18,15 +18,15 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from grpo_recipes.cli import rewrite_argv
-from grpo_recipes.preflight import check_command_line
+from grpo_recipes.config.cli import rewrite_argv
+from grpo_recipes.config.preflight import check_command_line
 
 CONFIG_DIR = Path(__file__).resolve().parent / "config"
 
 
 @hydra.main(version_base="1.3", config_path="config", config_name="train")
 def main(cfg: DictConfig) -> float:
-    from grpo_recipes.run import run_from_hydra
+    from grpo_recipes.train.run import run_from_hydra
 
     return run_from_hydra(cfg)
 

@@ -20,7 +20,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
 
-    from grpo_recipes.evaluation import FixedEvaluator
+    from grpo_recipes.evaluation.evaluator import FixedEvaluator
 
     cfg, taskset, _, rows, model, tokenizer = default_setup(eval_size=args.problems)
     model.eval()

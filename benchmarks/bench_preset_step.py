@@ -39,11 +39,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     args = parser.parse_args()
 
-    from grpo_recipes import fast_paths
-    from grpo_recipes.checks import check_config
-    from grpo_recipes.resume import RunPlan
-    from grpo_recipes.run import build_trainer
-    from grpo_recipes.setup import assemble
+    from grpo_recipes.config.checks import check_config
+    from grpo_recipes.config.resume import RunPlan
+    from grpo_recipes.train import fast_paths
+    from grpo_recipes.train.assemble import assemble
+    from grpo_recipes.train.run import build_trainer
 
     with tempfile.TemporaryDirectory() as out:
         cfg = compose(args.overrides, args.steps, out)

@@ -73,10 +73,10 @@ class StepClock(TrainerCallback):
 def run_trainer(
     model, tokenizer, train, reward_funcs, kwargs, steps: int, timings: Timings | None, recipe: bool = False
 ):
-    """recipe: with this package's fast paths (grpo_recipes.fast_paths), as train_grpo.py builds it."""
+    """recipe: with this package's fast paths (grpo_recipes.train.fast_paths), as train_grpo.py builds it."""
     from trl import GRPOConfig, GRPOTrainer
 
-    from grpo_recipes import fast_paths
+    from grpo_recipes.train import fast_paths
 
     clock = StepClock()
 
@@ -228,8 +228,8 @@ def main() -> None:
     args = parser.parse_args()
 
     from benchmarks.common import qwen25_05b_shaped_model
-    from grpo_recipes.config import build_grpo_kwargs
-    from grpo_recipes.hardware import detect_hardware, resolve_activation_checkpointing
+    from grpo_recipes.config.trainer_args import build_grpo_kwargs
+    from grpo_recipes.models.hardware import detect_hardware, resolve_activation_checkpointing
     from rewards import RewardContext, build_rewards
 
     cfg, taskset, train, _, model, tokenizer = default_setup(eval_size=8)

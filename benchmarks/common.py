@@ -21,7 +21,7 @@ def machine() -> str:
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
                 break
-    from grpo_recipes.hardware import detect_hardware
+    from grpo_recipes.models.hardware import detect_hardware
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
     # The same CPU model name comes with and without native bf16, and a run's precision follows it
@@ -48,8 +48,8 @@ def default_setup(eval_size: int | None = None):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from grpo_recipes.data import build_datasets
-    from grpo_recipes.models import load_model_and_tokenizer
+    from grpo_recipes.models.loading import load_model_and_tokenizer
+    from grpo_recipes.train.data import build_datasets
 
     overrides = [f"eval.size={eval_size}"] if eval_size else []
     with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "config")):

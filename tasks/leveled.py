@@ -14,7 +14,7 @@ from typing import Any
 
 from reasoning_gym.composite import CompositeConfig, CompositeDataset, DatasetSpec
 
-from tasks.curriculum import config_at
+from tasks.difficulty import config_at
 
 MAX_DRAWS = 16  # draws per index before giving up: the held-out set covers (nearly) every problem
 

@@ -24,7 +24,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def tiny():
-    from grpo_recipes.tiny import tiny_model, tiny_tokenizer
+    from grpo_recipes.models.tiny import tiny_model, tiny_tokenizer
 
     tokenizer = tiny_tokenizer()
     return tiny_model(tokenizer, seed=0), tokenizer
@@ -61,7 +61,7 @@ def tiny_trainer(trainer_class, tmp_path, prompts, reward, model=None, trainer_k
     from datasets import Dataset
     from trl import GRPOConfig
 
-    from grpo_recipes.tiny import tiny_model, tiny_tokenizer
+    from grpo_recipes.models.tiny import tiny_model, tiny_tokenizer
 
     tokenizer = tiny_tokenizer()
     config = {

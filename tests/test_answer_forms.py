@@ -2,7 +2,7 @@
 sentence.
 
 For each registered task with a reference answer (all but `KNOWN_UNSCORABLE` and the code tasks): a few
-entries built into training rows as grpo_recipes/data.py builds them (`TaskSet.sample`, `to_row`: the
+entries built into training rows as grpo_recipes/train/data.py builds them (`TaskSet.sample`, `to_row`: the
 metadata travels as JSON text), and the reference X written as
 
     tag:    "[ANSWER] X"   (a multi-line X on the lines below a bare `[ANSWER]`)
@@ -29,7 +29,7 @@ import functools
 
 import pytest
 
-from grpo_recipes.data import to_row
+from grpo_recipes.train.data import to_row
 from tasks.code import is_code_task
 from tasks.registry import KNOWN_UNSCORABLE, TaskSet, available_tasks
 from tests import test_task_registry as registry_walk

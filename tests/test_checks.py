@@ -5,8 +5,8 @@ import json
 import pytest
 
 from grpo_common.errors import ConfigError
-from grpo_recipes import resume
-from grpo_recipes.checks import SCHEMA, Value, check_values
+from grpo_recipes.config import resume
+from grpo_recipes.config.checks import SCHEMA, Value, check_values
 from tests.test_config import composed
 
 
@@ -33,8 +33,8 @@ def test_values_are_typed_exactly(spec: Value, good, bad):
 def test_the_defaults_and_every_preset_pass_the_whole_check():
     from pathlib import Path
 
-    from grpo_recipes.checks import check_config
-    from grpo_recipes.config import check_trainer_config
+    from grpo_recipes.config.checks import check_config
+    from grpo_recipes.config.trainer_args import check_trainer_config
 
     for preset in [None] + sorted(
         p.stem for p in (Path(__file__).parents[1] / "config/experiment").glob("*.yaml")
@@ -45,14 +45,14 @@ def test_the_defaults_and_every_preset_pass_the_whole_check():
 
 
 def test_every_grpo_key_of_the_table_is_a_field_of_the_installed_trl():
-    from grpo_recipes.config import RECIPE_KEYS, grpo_field_names
+    from grpo_recipes.config.trainer_args import RECIPE_KEYS, grpo_field_names
 
     keys = {k.split(".", 1)[1] for k in SCHEMA if k.startswith("grpo.")}
     assert keys - set(RECIPE_KEYS) <= grpo_field_names()
 
 
 def test_trl_errors_name_the_key_the_message_is_about():
-    from grpo_recipes.config import name_the_key
+    from grpo_recipes.config.trainer_args import name_the_key
 
     grpo = {"save_strategy": "steps", "generation_batch_size": 32, "steps_per_generation": 2}
     message = "'generation_batch_size' and 'steps_per_generation' can not be both configured at the same time"

@@ -6,7 +6,7 @@ import pytest
 
 from grpo_common.errors import ConfigError
 from grpo_common.formats import extract_code
-from grpo_recipes.data import to_row
+from grpo_recipes.train.data import to_row
 from rewards import RewardContext, build_rewards
 from rewards.code import TestSuite, run_suites
 from tasks import TaskSet, validate_tasks

@@ -5,9 +5,9 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from grpo_common.errors import ConfigError
-from grpo_recipes.cli import rewrite_argv
-from grpo_recipes.config import build_grpo_kwargs
-from grpo_recipes.hardware import Hardware
+from grpo_recipes.config.cli import rewrite_argv
+from grpo_recipes.config.trainer_args import build_grpo_kwargs
+from grpo_recipes.models.hardware import Hardware
 
 CONFIG = Path(__file__).resolve().parents[1] / "config"
 CPU = Hardware(gpu=False, bf16=False, world_size=1)
@@ -27,7 +27,7 @@ def test_defaults_compose_into_a_valid_grpo_config():
     import torch
     from trl import GRPOConfig
 
-    from grpo_recipes.hardware import resolve_activation_checkpointing
+    from grpo_recipes.models.hardware import resolve_activation_checkpointing
 
     cfg = composed()
     assert cfg["model"]["path"] == "embedded:smollm2-135m-instruct"
@@ -120,7 +120,7 @@ def test_batch_counts_processes():
 def test_activation_checkpointing_only_where_memory_needs_it():
     import torch
 
-    from grpo_recipes.hardware import resolve_activation_checkpointing
+    from grpo_recipes.models.hardware import resolve_activation_checkpointing
 
     model = torch.nn.Linear(1000, 1000)  # 4 MB of fp32 weights: 16 MB of full fine-tuning state
     for memory, lora, expected in [

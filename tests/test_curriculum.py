@@ -6,10 +6,10 @@ import json
 import pytest
 
 from grpo_common.errors import ConfigError
-from grpo_recipes.checks import check_config
+from grpo_recipes.config.checks import check_config
 from rewards import RewardContext, build_rewards
 from tasks import TaskSet
-from tasks.curriculum import LevelController, VerdictRecorder, config_at, top_level
+from tasks.difficulty import LevelController, VerdictRecorder, config_at, top_level
 from tasks.digits import ReverseDigitsConfig, SumDigitsConfig, digit_sum
 from tasks.leveled import LeveledTasks
 from tests.test_config import composed
@@ -147,8 +147,8 @@ def test_held_out_questions_are_redrawn_never_served():
 
 
 def test_curriculum_datasets_keep_the_fixed_eval_and_draw_rows_at_the_level():
-    from grpo_recipes.curriculum import build_curriculum_datasets
-    from grpo_recipes.data import build_datasets
+    from grpo_recipes.train.curriculum import build_curriculum_datasets
+    from grpo_recipes.train.data import build_datasets
 
     cfg = composed(
         "dataset=sum_digits_source",
@@ -172,7 +172,7 @@ def test_curriculum_datasets_keep_the_fixed_eval_and_draw_rows_at_the_level():
 
 
 def test_per_level_eval_sets_are_drawn_at_each_level_and_held_out_of_training():
-    from grpo_recipes.curriculum import build_curriculum_datasets
+    from grpo_recipes.train.curriculum import build_curriculum_datasets
 
     on = ("dataset=sum_digits_source", "dataset.curriculum.enabled=true", "dataset.train_size=64")
     plain = composed(*on, "eval.size=10")

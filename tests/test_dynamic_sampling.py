@@ -6,8 +6,13 @@ import functools
 import pytest
 import torch
 
-from grpo_recipes.dynamic_sampling import DynamicSamplingTrainer, merge_rows, trainer_class, varied_groups
-from grpo_recipes.sampling_kl import SAMPLING_LOGPS, SamplingKLTrainer
+from grpo_recipes.train.dynamic_sampling import (
+    DynamicSamplingTrainer,
+    merge_rows,
+    trainer_class,
+    varied_groups,
+)
+from grpo_recipes.train.sampling_kl import SAMPLING_LOGPS, SamplingKLTrainer
 from tests.conftest import tiny_trainer
 
 # TRL 1.16 calls transformers' deprecated alias on every generation (as run.py, this one warning only).

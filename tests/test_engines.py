@@ -25,7 +25,7 @@ CONFIG = ROOT / "config"
 
 # --- which engine ---------------------------------------------------------------------------------
 def test_fsdp_without_a_gpu_is_refused_by_name():
-    from grpo_recipes.engines import check_engine, requested_engine
+    from grpo_recipes.models.engines import check_engine, requested_engine
 
     fsdp = {"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2", "WORLD_SIZE": "2"}
     assert requested_engine(fsdp) == "fsdp"
@@ -41,7 +41,7 @@ def test_the_log_names_the_engine_the_accelerator_runs():
     from accelerate import Accelerator
     from accelerate.utils import DistributedType
 
-    from grpo_recipes.engines import running_engine
+    from grpo_recipes.models.engines import running_engine
 
     assert running_engine(Accelerator(cpu=True)) == "single process"
 
@@ -71,7 +71,7 @@ class TwoRanks:
 def test_a_signal_on_one_rank_stops_every_rank_after_the_same_step():
     from transformers import TrainerControl
 
-    from grpo_recipes.stopping import GracefulStop
+    from grpo_recipes.train.stopping import GracefulStop
 
     quiet = GracefulStop(TwoRanks(other=0))  # no rank received anything
     control = TrainerControl()
@@ -100,8 +100,8 @@ def test_an_fsdp_sharded_checkpoint_loads_through_torchs_converter(tmp_path, tin
     import torch.distributed.checkpoint as dcp
     from transformers import TrainerControl
 
-    from grpo_recipes.models import load_model_and_tokenizer
-    from grpo_recipes.weights import FSDP_MODEL_DIR, CompleteShardedCheckpoints, sharded_format
+    from grpo_recipes.models.loading import load_model_and_tokenizer
+    from grpo_recipes.models.weights import FSDP_MODEL_DIR, CompleteShardedCheckpoints, sharded_format
 
     monkeypatch.setenv("GRPO_RECIPES_CACHE", str(tmp_path / "cache"))
     model, tokenizer = tiny
@@ -143,7 +143,7 @@ class Scripted:
 
 
 def test_any_generator_feeds_the_same_eval_contract(tiny):
-    from grpo_recipes.evaluation import FixedEvaluator
+    from grpo_recipes.evaluation.evaluator import FixedEvaluator
 
     _, tokenizer = tiny
     taskset, rows = eval_rows(4)
@@ -162,7 +162,7 @@ def test_any_generator_feeds_the_same_eval_contract(tiny):
 def test_hf_generator_matches_transformers_generate_bit_for_bit(tiny):
     from transformers import GenerationConfig
 
-    from grpo_recipes.generation import HFGenerator
+    from grpo_recipes.evaluation.generation import HFGenerator
 
     model, tokenizer = tiny
     prompts = ["12+3=", "abc", "a much longer prompt than the others"]
@@ -187,7 +187,7 @@ def test_vllm_server_generator_syncs_once_and_keeps_the_order(tiny):
     rank), after one weight sync per eval; greedy is vLLM's temperature 0."""
     from accelerate import Accelerator
 
-    from grpo_recipes.generation import VLLMGenerator
+    from grpo_recipes.evaluation.generation import VLLMGenerator
 
     model, tokenizer = tiny
     asked = []
@@ -296,7 +296,7 @@ def test_deepspeed_two_processes_train_stop_resume_save_and_reevaluate(preset, t
     checkpoint holds shards only (eval_only's loader converts them)."""
     from transformers import AutoModelForCausalLM
 
-    from grpo_recipes.models import ensure_tiny, load_model_and_tokenizer
+    from grpo_recipes.models.loading import ensure_tiny, load_model_and_tokenizer
 
     changes = {"zero3_save_16bit_model": False} if preset == "zero3" else {}
     config = two_process_config(preset, tmp_path, **changes)

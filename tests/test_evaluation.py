@@ -5,7 +5,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from grpo_recipes.evaluation import FixedEvaluator, rank_shard, summarize
+from grpo_recipes.evaluation.evaluator import FixedEvaluator, rank_shard, summarize
 from tests.conftest import read_jsonl
 
 CONFIG = Path(__file__).resolve().parents[1] / "config"
@@ -70,7 +70,7 @@ def test_rank_shards_cover_every_index_in_equal_counts(world):
 
 
 def eval_rows(n=12):
-    from grpo_recipes.data import build_datasets
+    from grpo_recipes.train.data import build_datasets
 
     ds = {
         "tasks": {"sum_digits": {}, "reverse_digits": {}},
@@ -128,7 +128,7 @@ def test_eval_reward_is_the_weighted_training_reward(tiny):
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     """A 3-step in-process run on the tiny model with an eval every 2 steps."""
-    from grpo_recipes.run import train
+    from grpo_recipes.train.run import train
 
     out = tmp_path_factory.mktemp("run") / "job"
     with initialize_config_dir(version_base="1.3", config_dir=str(CONFIG)):
@@ -162,8 +162,8 @@ def test_eval_runs_at_step_zero_every_n_and_at_the_end(tiny_run):
 
 
 def test_step_zero_eval_is_the_untrained_model(tiny_run, tiny):
-    from grpo_recipes.data import build_datasets
-    from grpo_recipes.tiny import tiny_model
+    from grpo_recipes.models.tiny import tiny_model
+    from grpo_recipes.train.data import build_datasets
 
     out, cfg, _ = tiny_run
     container = OmegaConf.to_container(cfg, resolve=True)
@@ -171,7 +171,7 @@ def test_step_zero_eval_is_the_untrained_model(tiny_run, tiny):
     _, tokenizer = tiny
     import torch
 
-    from grpo_recipes.hardware import detect_hardware
+    from grpo_recipes.models.hardware import detect_hardware
 
     untrained = tiny_model(tokenizer, seed=container["seed"])
     ev = FixedEvaluator(rows, taskset, tokenizer, "answer_tag", max_new_tokens=8)
@@ -218,7 +218,7 @@ def brute_pass_at_k(n, c, k):
     "n,c,k", [(4, 1, 1), (4, 1, 4), (4, 0, 2), (5, 2, 2), (8, 3, 4), (8, 8, 1), (6, 1, 3)]
 )
 def test_pass_at_k_is_the_unbiased_estimator(n, c, k):
-    from grpo_recipes.evaluation import pass_at_k
+    from grpo_recipes.evaluation.evaluator import pass_at_k
 
     assert pass_at_k(n, c, k) == pytest.approx(brute_pass_at_k(n, c, k))
 
@@ -292,7 +292,7 @@ def test_report_on_demand_for_a_partial_run(tiny_run, tmp_path):
     with open(partial / "metrics.jsonl", "a") as f:
         f.write('{"step": 9, "split": "tra')  # a line cut by a crash
     proc = subprocess.run(
-        [sys.executable, "-m", "grpo_recipes.report", str(partial)], capture_output=True, text=True
+        [sys.executable, "-m", "grpo_recipes.outputs.report", str(partial)], capture_output=True, text=True
     )
     assert proc.returncode == 0, proc.stderr
     report = (partial / "report.md").read_text()

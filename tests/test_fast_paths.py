@@ -6,9 +6,9 @@ import inspect
 import pytest
 import torch
 
-from grpo_recipes import fast_paths
-from grpo_recipes.fast_paths import completion_logprob_head, generate_with_cached_casts
-from grpo_recipes.tiny import tiny_model, tiny_tokenizer
+from grpo_recipes.models.tiny import tiny_model, tiny_tokenizer
+from grpo_recipes.train import fast_paths
+from grpo_recipes.train.fast_paths import completion_logprob_head, generate_with_cached_casts
 
 
 @pytest.fixture(scope="module")

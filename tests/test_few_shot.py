@@ -4,9 +4,9 @@ fixed eval, the curriculum's rows), and a bad example refused with a message nam
 import pytest
 
 from grpo_common.errors import ConfigError
-from grpo_recipes.checks import check_config
-from grpo_recipes.curriculum import build_curriculum_datasets
-from grpo_recipes.data import build_datasets, few_shot
+from grpo_recipes.config.checks import check_config
+from grpo_recipes.train.curriculum import build_curriculum_datasets
+from grpo_recipes.train.data import build_datasets, few_shot
 from tests.test_config import composed
 
 SHOT = {

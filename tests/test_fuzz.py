@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from grpo_common.formats import FORMATS, RULES, extract_answer, format_ok
-from grpo_recipes.data import to_row
+from grpo_recipes.train.data import to_row
 from rewards import REWARDS, RewardContext, build_rewards
 from tasks import TaskSet
 

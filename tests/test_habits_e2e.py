@@ -10,7 +10,7 @@ import pytest
 import yaml
 from conftest import read_jsonl, run_train
 
-from grpo_recipes.preflight import check, compose, parse
+from grpo_recipes.config.preflight import check, compose, parse
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "config"

@@ -46,6 +46,6 @@ def test_no_module_imports_a_higher_layer(package):
 def test_the_check_sees_imports_inside_functions(tmp_path):
     module = tmp_path / "m.py"
     module.write_text(
-        "import os\n\n\ndef f():\n    from grpo_recipes.data import to_row\n    import tasks.code\n"
+        "import os\n\n\ndef f():\n    from grpo_recipes.train.data import to_row\n    import tasks.code\n"
     )
     assert imported(module) == {"os", "grpo_recipes", "tasks"}

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from grpo_common.errors import ConfigError
-from grpo_recipes.checks import check_values
-from grpo_recipes.lora import TARGET_MODULES
-from grpo_recipes.preflight import compose, parse
+from grpo_recipes.config.checks import check_values
+from grpo_recipes.config.preflight import compose, parse
+from grpo_recipes.models.lora import TARGET_MODULES
 
 CONFIG = Path(__file__).resolve().parents[1] / "config"
 # preset -> (hub id, the architecture its config.json names)
@@ -94,7 +94,7 @@ def test_preset_keys_are_valid_for_the_architecture(preset):
 def test_offline_a_hub_preset_fails_with_one_message_saying_what_to_do(monkeypatch):
     from huggingface_hub import constants
 
-    from grpo_recipes.checks import check_config
+    from grpo_recipes.config.checks import check_config
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     cfg = composed("qwen2_5_0_5b")
@@ -108,7 +108,7 @@ def test_offline_a_hub_preset_fails_with_one_message_saying_what_to_do(monkeypat
 def test_when_the_hub_cannot_be_reached_loading_says_what_to_do(monkeypatch):
     import transformers
 
-    from grpo_recipes.models import load_model_and_tokenizer
+    from grpo_recipes.models.loading import load_model_and_tokenizer
 
     def unreachable(*args, **kwargs):
         raise OSError("We couldn't connect to 'https://huggingface.co' to load the files\nmore")

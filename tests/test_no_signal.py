@@ -5,7 +5,7 @@ import logging
 
 from transformers import TrainerControl, TrainerState
 
-from grpo_recipes.no_signal import NoSignalWarning, likely_cause
+from grpo_recipes.train.no_signal import NoSignalWarning, likely_cause
 
 
 def test_likely_cause_reads_the_steps_metrics():
@@ -18,7 +18,7 @@ def test_likely_cause_reads_the_steps_metrics():
 def test_warns_once_after_n_steps_in_a_row(caplog):
     callback = NoSignalWarning(after_steps=3, max_completion_length=32)
     state = TrainerState()
-    caplog.set_level(logging.WARNING, logger="grpo_recipes.no_signal")
+    caplog.set_level(logging.WARNING, logger="grpo_recipes.train.no_signal")
     for step, zero_std in enumerate([1.0, 1.0, 0.5, 1.0, 1.0, 1.0, 1.0], start=1):
         state.global_step = step
         callback.on_log(

@@ -11,7 +11,7 @@ from reasoning_gym.factory import create_dataset
 
 from grpo_common.errors import ConfigError
 from grpo_common.formats import extract_answer
-from grpo_recipes.data import build_datasets
+from grpo_recipes.train.data import build_datasets
 from tasks import TaskSet, validate_tasks
 from tasks.qa_file import canonical_answer, match_answer
 

@@ -4,8 +4,8 @@ import json
 from types import SimpleNamespace
 
 from grpo_common.formats import Extraction
-from grpo_recipes.report import _samples
-from grpo_recipes.samples import SampleRecorder, read_samples, wanted
+from grpo_recipes.outputs.report import _samples
+from grpo_recipes.train.samples import SampleRecorder, read_samples, wanted
 
 EOS = 0
 

@@ -4,8 +4,8 @@ model, clearly > 0 when they are not; ac_tokens_per_turn is the batch's mean com
 import pytest
 import torch
 
-from grpo_recipes import fast_paths
-from grpo_recipes.sampling_kl import (
+from grpo_recipes.train import fast_paths
+from grpo_recipes.train.sampling_kl import (
     SAMPLING_LOGPS,
     SamplingKLTrainer,
     sample_train_metrics,
@@ -93,7 +93,7 @@ def test_old_log_probs_are_the_learner_side_when_trl_computes_them(tmp_path):
 
 
 def test_the_fixed_eval_generates_as_before(tmp_path):
-    from grpo_recipes.tiny import tiny_model, tiny_tokenizer
+    from grpo_recipes.models.tiny import tiny_model, tiny_tokenizer
 
     tokenizer = tiny_tokenizer()
     plain = tiny_model(tokenizer, seed=3)
@@ -112,7 +112,7 @@ def test_the_fixed_eval_generates_as_before(tmp_path):
 def test_the_warpers_are_generates_own_or_none():
     from transformers import GenerationConfig
 
-    from grpo_recipes.sampling_logprobs import sampling_warpers
+    from grpo_recipes.train.sampling_logprobs import sampling_warpers
 
     config = GenerationConfig(do_sample=True, temperature=0.7, top_k=5, top_p=0.9)
     names = [type(w).__name__ for w in sampling_warpers(config, GenerationConfig(min_p=0.1))]

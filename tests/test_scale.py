@@ -42,7 +42,7 @@ def test_every_loss_preset_is_listed():
 
 @pytest.mark.parametrize("preset", LOSS_PRESETS)
 def test_loss_preset_trains_two_steps(preset, tmp_path):
-    from grpo_recipes.run import train
+    from grpo_recipes.train.run import train
 
     cfg = composed(f"grpo={preset}", *TINY, "max_steps=2", "eval.every_n_steps=0")
     cfg.output_dir = str(tmp_path)

@@ -1,7 +1,7 @@
 import json
 from types import SimpleNamespace
 
-from grpo_recipes.sweep import summarize_sweep
+from grpo_recipes.outputs.sweep import summarize_sweep
 
 
 def fake_job(root, name, overrides, accs, finished=True):
@@ -61,7 +61,7 @@ def test_a_stored_study_resumes_where_it_stopped(tmp_path):
     import optuna
     from omegaconf import OmegaConf
 
-    from grpo_recipes.search import prepare_study
+    from grpo_recipes.outputs.search import prepare_study
 
     storage = f"sqlite:///{tmp_path}/sweep/optuna.db"
     sweeper = SimpleNamespace(

@@ -24,7 +24,7 @@ import json
 import pytest
 
 from grpo_common.formats import extract_answer, format_ok
-from grpo_recipes.data import system_prompt, to_row
+from grpo_recipes.train.data import system_prompt, to_row
 from tasks.code import is_code_task
 from tasks.registry import KNOWN_UNSCORABLE, TaskSet, available_tasks
 

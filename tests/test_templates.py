@@ -6,7 +6,7 @@ import pytest
 
 from grpo_common.errors import ConfigError
 from grpo_common.templates import detect_response_prefix, load_chat_template, response_prefix, with_prefix
-from grpo_recipes.tiny import CHATML
+from grpo_recipes.models.tiny import CHATML
 from rewards import RewardContext, build_rewards
 
 # A Qwen3-style template: the generation prompt opens the reasoning block for the model.

@@ -17,9 +17,9 @@ from typing import Any
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
-from grpo_recipes.data import Shots, build_eval_set, to_row
+from grpo_recipes.train.data import Shots, build_eval_set, to_row
 from tasks import TaskSet
-from tasks.curriculum import LevelController, VerdictRecorder, config_at, top_level
+from tasks.difficulty import LevelController, VerdictRecorder, config_at, top_level
 from tasks.leveled import LeveledTasks
 
 log = logging.getLogger("grpo_recipes")

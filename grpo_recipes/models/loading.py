@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from grpo_common.errors import ConfigError
-from grpo_recipes.embedded import PREFIX, cache_root, ensure_embedded
+from grpo_recipes.models.embedded import PREFIX, cache_root, ensure_embedded
 
 log = logging.getLogger("grpo_recipes")
 
 TINY = "tiny-random"
-TINY_VERSION = "v1"  # bump when grpo_recipes/tiny.py changes: the cached copy is then rebuilt
+TINY_VERSION = "v1"  # bump when grpo_recipes/models/tiny.py changes: the cached copy is then rebuilt
 
 
 def check_model_path(path: str) -> None:
@@ -65,7 +65,7 @@ def unreachable_message(repo_id: str, why: str) -> str:
 def ensure_tiny(seed: int) -> Path:
     """The tiny random model saved once per seed: loaded from a path like any model (TRL rebuilds its
     reference model from the path; LoRA adapters and eval_only point back to it)."""
-    from grpo_recipes.tiny import tiny_model, tiny_tokenizer
+    from grpo_recipes.models.tiny import tiny_model, tiny_tokenizer
 
     target = cache_root() / f"tiny-random-{TINY_VERSION}-seed{seed}"
     if not (target / "config.json").exists():
@@ -111,7 +111,7 @@ def _load_model(local: str, kwargs: dict[str, Any]):
     engine's own converter first (weights.py), then loaded as any model directory is."""
     from transformers import AutoModelForCausalLM
 
-    from grpo_recipes import weights
+    from grpo_recipes.models import weights
 
     kind = weights.sharded_format(Path(local))
     if kind is None:
@@ -127,7 +127,7 @@ def first_line(err: BaseException) -> str:
 def load_model_and_tokenizer(model_cfg: dict[str, Any], on_gpu: bool, seed: int = 0):
     from transformers import AutoTokenizer
 
-    from grpo_recipes.lora import quantization_config
+    from grpo_recipes.models.lora import quantization_config
 
     path = model_cfg["path"]
     check_model_path(path)

@@ -79,7 +79,7 @@ def consolidated_copy(path: Path) -> Path:
     import torch
     from filelock import FileLock
 
-    from grpo_recipes.embedded import cache_root
+    from grpo_recipes.models.embedded import cache_root
 
     path = path.resolve()
     shards = path / (FSDP_MODEL_DIR if sharded_format(path) == "fsdp" else ZERO_TAG_FILE)

@@ -3,7 +3,7 @@ loaded or written. Import-light (no torch, TRL or reasoning-gym), so a mistake c
 
 Types are exact: no silent coercion of 1.5 to an int, of `maybe` to a bool, or of `abc` to a
 number. GRPOConfig fields outside the table below are type-checked against TRL's own dataclass,
-and TRL's own `__post_init__` rules are applied by building the config (`grpo_recipes.config`).
+and TRL's own `__post_init__` rules are applied by building the config (`grpo_recipes.config.trainer_args`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from grpo_common.errors import ConfigError
-from grpo_recipes.trl_names import MODEL_FIELDS, trl_hint
+from grpo_recipes.config.trl_names import MODEL_FIELDS, trl_hint
 
 DTYPE_NAMES = ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
 
@@ -310,8 +310,8 @@ def check_config(cfg: Mapping[str, Any], world_size: int | None = None) -> None:
     registries know: tasks and their config keys, rewards and their options, the prompt format, the
     sandbox settings and a local model path. (TRL's own rules: config.check_grpo_config, in the job.)"""
     check_values(cfg, world_size)
-    from grpo_recipes.data import few_shot, system_prompt
-    from grpo_recipes.models import check_model_path
+    from grpo_recipes.models.loading import check_model_path
+    from grpo_recipes.train.data import few_shot, system_prompt
     from rewards import RewardContext, build_rewards
     from rewards.sandbox import Executor
     from tasks import validate_tasks
@@ -387,7 +387,7 @@ def check_curriculum(cfg: Mapping[str, Any]) -> None:
             )
         return
     from rewards.registry import VERDICT_REWARDS
-    from tasks.curriculum import config_at, top_level
+    from tasks.difficulty import config_at, top_level
 
     if settings["lower_at"] > settings["raise_at"]:
         raise ConfigError(

@@ -2,7 +2,7 @@
 
 Written at the end of every run, and on demand for any run directory (finished or not):
 
-    python -m grpo_recipes.report outputs/<run_name> [more run dirs]
+    python -m grpo_recipes.outputs.report outputs/<run_name> [more run dirs]
 
 Reads only what the run wrote: metrics.jsonl, eval_results/*.json, train_results.json, config.yaml.
 """
@@ -348,7 +348,7 @@ def _cell(sample: dict[str, Any]) -> str:
 
 def _samples(run_dir: Path, n: int = 3) -> list[str]:
     """A few rollouts of the first and the last sampled step, side by side (samples.jsonl)."""
-    from grpo_recipes.samples import read_samples
+    from grpo_recipes.train.samples import read_samples
 
     by_step = read_samples(run_dir / "samples.jsonl")
     if not by_step:
@@ -469,6 +469,6 @@ def write_report(run_dir: str | Path) -> Path:
 
 if __name__ == "__main__":
     if len(sys.argv) < 2:
-        sys.exit("usage: python -m grpo_recipes.report RUN_DIR [RUN_DIR ...]")
+        sys.exit("usage: python -m grpo_recipes.outputs.report RUN_DIR [RUN_DIR ...]")
     for arg in sys.argv[1:]:
         print(write_report(arg))

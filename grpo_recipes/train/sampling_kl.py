@@ -18,7 +18,7 @@ import logging
 import torch
 from trl import GRPOTrainer
 
-from grpo_recipes.sampling_logprobs import SamplingLogprobRecorder
+from grpo_recipes.train.sampling_logprobs import SamplingLogprobRecorder
 
 log = logging.getLogger(__name__)
 

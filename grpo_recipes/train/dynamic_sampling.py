@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from grpo_recipes.checks import check_dynamic_sampling
-from grpo_recipes.sampling_kl import SAMPLING_LOGPS, SamplingKLTrainer
+from grpo_recipes.config.checks import check_dynamic_sampling
+from grpo_recipes.train.sampling_kl import SAMPLING_LOGPS, SamplingKLTrainer
 
 # How each output key of `_generate_and_score_completions` merges across draws: left-padded prompt
 # tensors, right-padded per-token tensors (with the pad value; None: the tokenizer's pad id), and

@@ -150,7 +150,7 @@ class FixedEvaluator:
         `model`: the policy (generated with transformers) or any CompletionGenerator (generation.py)."""
         import torch
 
-        from grpo_recipes.generation import HFGenerator
+        from grpo_recipes.evaluation.generation import HFGenerator
 
         generator = (
             HFGenerator(model, self.tokenizer, self.batch_size, progress)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from grpo_recipes.checks import SCHEMA
-from grpo_recipes.trl_names import MODEL_FIELDS, QUANTIZE_FLAGS, grpo_field_names
+from grpo_recipes.config.checks import SCHEMA
+from grpo_recipes.config.trl_names import MODEL_FIELDS, QUANTIZE_FLAGS, grpo_field_names
 
 # Open mappings: any GRPOConfig field, any task, any reward may be named on the command line,
 # not only those already in the YAML. `key=value` becomes Hydra's add-or-override `++key=value`,

@@ -4,7 +4,7 @@ search, hparams_search=: by the objective it optimized, with objective.png, the 
 Written automatically when a `-m` sweep ends (a Hydra callback, see config/train.yaml), and on
 demand for any sweep directory, finished or still running:
 
-    python -m grpo_recipes.sweep outputs/<run_name>-sweep
+    python -m grpo_recipes.outputs.sweep outputs/<run_name>-sweep
 
 Writes summary.md and summary.png into the sweep directory and prints the table.
 """
@@ -18,7 +18,7 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 
-from grpo_recipes.resume import first_overrides
+from grpo_recipes.config.resume import first_overrides
 
 
 def job_row(job: Path) -> dict[str, Any] | None:
@@ -57,8 +57,8 @@ def _varying(rows: list[dict[str, Any]]) -> None:
 
 
 def search_direction(sweep_dir: Path) -> str | None:
-    """maximize | minimize for an Optuna search (search.json, written by grpo_recipes/search.py); None for a
-    grid sweep."""
+    """maximize | minimize for an Optuna search (search.json, written by grpo_recipes/outputs/search.py);
+    None for a grid sweep."""
     path = sweep_dir / "search.json"
     return json.loads(path.read_text()).get("direction") if path.is_file() else None
 
@@ -193,5 +193,5 @@ class SweepSummaryCallback(Callback):
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        sys.exit("usage: python -m grpo_recipes.sweep SWEEP_DIR")
+        sys.exit("usage: python -m grpo_recipes.outputs.sweep SWEEP_DIR")
     summarize_sweep(sys.argv[1])

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from grpo_common.errors import ConfigError
-from grpo_recipes.hardware import Hardware
-from grpo_recipes.resume import RunPlan
+from grpo_recipes.config.resume import RunPlan
+from grpo_recipes.models.hardware import Hardware
 
 log = logging.getLogger("grpo_recipes")
 
@@ -36,18 +36,18 @@ class Setup:
     args: Any  # trl.GRPOConfig
     checkpoint: Path | None  # the checkpoint a resume continues from (None: from the start)
     resumed: bool
-    curriculum: Any = None  # grpo_recipes.curriculum.Curriculum when dataset.curriculum is on
+    curriculum: Any = None  # grpo_recipes.train.curriculum.Curriculum when dataset.curriculum is on
 
 
 def assemble(cfg: dict[str, Any], plan: RunPlan) -> Setup:
     from grpo_common.templates import response_prefix
-    from grpo_recipes.config import build_grpo_config, build_grpo_kwargs
-    from grpo_recipes.curriculum import build_curriculum_datasets
-    from grpo_recipes.data import build_datasets
-    from grpo_recipes.engines import check_engine
-    from grpo_recipes.hardware import detect_hardware, resolve_activation_checkpointing
-    from grpo_recipes.lora import lora_config
-    from grpo_recipes.models import load_model_and_tokenizer
+    from grpo_recipes.config.trainer_args import build_grpo_config, build_grpo_kwargs
+    from grpo_recipes.models.engines import check_engine
+    from grpo_recipes.models.hardware import detect_hardware, resolve_activation_checkpointing
+    from grpo_recipes.models.loading import load_model_and_tokenizer
+    from grpo_recipes.models.lora import lora_config
+    from grpo_recipes.train.curriculum import build_curriculum_datasets
+    from grpo_recipes.train.data import build_datasets
     from rewards import RewardContext, build_rewards
     from tasks.code import is_code_task
 

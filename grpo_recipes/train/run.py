@@ -16,9 +16,9 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from grpo_common.errors import ConfigError
-from grpo_recipes import resume
-from grpo_recipes.checks import check_config
-from grpo_recipes.setup import Setup, assemble
+from grpo_recipes.config import resume
+from grpo_recipes.config.checks import check_config
+from grpo_recipes.train.assemble import Setup, assemble
 
 log = logging.getLogger("grpo_recipes")
 
@@ -29,7 +29,7 @@ def is_main_process() -> bool:
 
 @contextlib.contextmanager
 def console(run_dir: Path | None):
-    from grpo_recipes.outputs import setup_console
+    from grpo_recipes.outputs.logs import setup_console
 
     saved = sys.stdout, sys.stderr
     setup_console(run_dir, main=is_main_process())
@@ -99,7 +99,7 @@ def _record_overrides(run_dir: Path, resumed: bool) -> None:
 
 
 def make_evaluator(cfg: dict[str, Any], s: Setup):
-    from grpo_recipes.evaluation import FixedEvaluator
+    from grpo_recipes.evaluation.evaluator import FixedEvaluator
 
     e = cfg["eval"]
     return FixedEvaluator(
@@ -119,7 +119,7 @@ def make_evaluator(cfg: dict[str, Any], s: Setup):
 
 
 def _describe(cfg: dict[str, Any], run_dir: Path, s: Setup, accelerator) -> None:
-    from grpo_recipes.engines import running_engine
+    from grpo_recipes.models.engines import running_engine
 
     n_params = sum(t.numel() for t in s.model.parameters()) / 1e6
     per_level = sum(r.get("eval_level") is not None for r in s.eval_rows)
@@ -152,9 +152,9 @@ def _eval_only(cfg: dict[str, Any], run_dir: Path, s: Setup) -> float:
     """The fixed evaluation alone, on a checkpoint or a base model: same problems, same JSON."""
     from accelerate import Accelerator
 
-    from grpo_recipes.fast_paths import generate_with_cached_casts
-    from grpo_recipes.outputs import append_metrics
-    from grpo_recipes.report import write_report
+    from grpo_recipes.outputs.logs import append_metrics
+    from grpo_recipes.outputs.report import write_report
+    from grpo_recipes.train.fast_paths import generate_with_cached_casts
 
     # The precision training would use (the Trainer wraps forward in bf16 autocast when bf16 is on),
     # so that eval_only on a checkpoint reproduces that run's eval exactly.
@@ -174,7 +174,7 @@ def _eval_only(cfg: dict[str, Any], run_dir: Path, s: Setup) -> float:
 
 def finished_objective(run_dir: Path, metric: str) -> float:
     """A finished run's objective, read back from its last fixed eval (a search that resumes)."""
-    from grpo_recipes.report import load_evals
+    from grpo_recipes.outputs.report import load_evals
 
     evals = load_evals(run_dir)
     return float(evals[max(evals)]["metrics"][metric]) if evals else 0.0
@@ -194,13 +194,13 @@ def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
     from transformers import TrainerControl
     from transformers.trainer_callback import ProgressCallback
 
-    from grpo_recipes.config import name_the_key
-    from grpo_recipes.dynamic_sampling import trainer_class
-    from grpo_recipes.evaluation import FixedEvalCallback
-    from grpo_recipes.no_signal import NoSignalWarning
-    from grpo_recipes.outputs import ConciseProgressCallback, MetricsFileCallback
-    from grpo_recipes.stopping import GracefulStop
-    from grpo_recipes.weights import CompleteShardedCheckpoints
+    from grpo_recipes.config.trainer_args import name_the_key
+    from grpo_recipes.evaluation.evaluator import FixedEvalCallback
+    from grpo_recipes.models.weights import CompleteShardedCheckpoints
+    from grpo_recipes.outputs.logs import ConciseProgressCallback, MetricsFileCallback
+    from grpo_recipes.train.dynamic_sampling import trainer_class
+    from grpo_recipes.train.no_signal import NoSignalWarning
+    from grpo_recipes.train.stopping import GracefulStop
 
     samples = sample_recorder(cfg, run_dir, s)
     try:
@@ -232,7 +232,7 @@ def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
         vllm_generator=vllm_generator(trainer, s) if s.args.use_vllm else None,
     )
     if s.curriculum is not None:
-        from grpo_recipes.curriculum import CurriculumCallback
+        from grpo_recipes.train.curriculum import CurriculumCallback
 
         trainer.add_callback(CurriculumCallback(s.curriculum))
     trainer.add_callback(evaluation)
@@ -250,15 +250,15 @@ def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
 
 def vllm_generator(trainer, s: Setup):
     """The fixed eval generates through the trainer's own vLLM engine (colocate or server) when it has one."""
-    from grpo_recipes.generation import VLLMGenerator
+    from grpo_recipes.evaluation.generation import VLLMGenerator
 
     return lambda model: VLLMGenerator(trainer.vllm_generation, s.tokenizer, model)
 
 
 def sample_recorder(cfg: dict[str, Any], run_dir: Path, s: Setup):
     """samples.jsonl (samples.py): answers read as the rewards read them (prefix + completion)."""
-    from grpo_recipes.generation import end_ids
-    from grpo_recipes.samples import SampleRecorder
+    from grpo_recipes.evaluation.generation import end_ids
+    from grpo_recipes.train.samples import SampleRecorder
 
     prefix = s.response_prefix
     return SampleRecorder(
@@ -273,10 +273,10 @@ def sample_recorder(cfg: dict[str, Any], run_dir: Path, s: Setup):
 
 
 def _train(cfg: dict[str, Any], run_dir: Path, s: Setup, training: Training) -> float:
-    from grpo_recipes import fast_paths
-    from grpo_recipes.report import write_report
-    from grpo_recipes.stopping import trim_metrics_after
-    from grpo_recipes.weights import save_final_model
+    from grpo_recipes.models.weights import save_final_model
+    from grpo_recipes.outputs.report import write_report
+    from grpo_recipes.train import fast_paths
+    from grpo_recipes.train.stopping import trim_metrics_after
 
     trainer, stop = training.trainer, training.stop
     _describe(cfg, run_dir, s, trainer.accelerator)

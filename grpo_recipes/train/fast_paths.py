@@ -26,7 +26,7 @@ import logging
 import types
 from typing import Any
 
-from grpo_recipes.memory import trim_heap
+from grpo_recipes.models.memory import trim_heap
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ def interface_changes() -> list[str]:
 def direct_head_budget() -> int:
     """Completion logits a micro-batch may have for the direct head, within a sixteenth of the host's
     memory; above it, TRL's memory-lean head is kept."""
-    from grpo_recipes.hardware import host_memory_bytes
+    from grpo_recipes.models.hardware import host_memory_bytes
 
     return host_memory_bytes() // 16 // BYTES_PER_LOGIT
 

@@ -18,8 +18,8 @@ import re
 from typing import Any
 
 from grpo_common.errors import ConfigError
-from grpo_recipes.checks import SCHEMA, check_batch, show
-from grpo_recipes.hardware import Hardware, apply_hardware, detect_hardware
+from grpo_recipes.config.checks import SCHEMA, check_batch, show
+from grpo_recipes.models.hardware import Hardware, apply_hardware, detect_hardware
 
 # Top-level knobs that are GRPOConfig fields: `python train_grpo.py max_steps=100`.
 COMMON_KNOBS = ("max_steps", "learning_rate", "seed", "run_name", "output_dir", "report_to")
@@ -75,7 +75,7 @@ def check_trainer_config(cfg: dict[str, Any], hw: Hardware | None = None) -> Non
     build_grpo_config({**grpo, "activation_checkpointing": bool(grpo.get("activation_checkpointing"))})
     from transformers.integrations import get_reporting_integration_callbacks
 
-    from grpo_recipes.lora import quantization_config
+    from grpo_recipes.models.lora import quantization_config
 
     try:
         get_reporting_integration_callbacks([r for r in grpo["report_to"] if r not in ("none", "all")])

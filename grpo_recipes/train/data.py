@@ -103,7 +103,7 @@ def build_eval_set(dataset_cfg: dict[str, Any], eval_cfg: dict[str, Any]):
 
 
 def build_datasets(dataset_cfg: dict[str, Any], eval_cfg: dict[str, Any]):
-    """(TaskSet, train Dataset, eval rows); dataset.curriculum's: grpo_recipes/curriculum.py."""
+    """(TaskSet, train Dataset, eval rows); dataset.curriculum's: grpo_recipes/train/curriculum.py."""
     from datasets import Dataset
 
     taskset, system, shots, eval_rows = build_eval_set(dataset_cfg, eval_cfg)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_common.errors import ConfigError
-from grpo_recipes.checks import check_config, check_values, unknown_key_message
+from grpo_recipes.config.checks import check_config, check_values, unknown_key_message
 
 # Hydra's own informational flags: they run no job, so nothing is checked.
 INFO_FLAGS = (
@@ -206,7 +206,7 @@ def _first_line(err: BaseException) -> str:
 
 def check(argv: list[str], config_dir: Path) -> list[str]:
     """Check every job of the command; returns the argv Hydra should run (a resume: the run's own)."""
-    from grpo_recipes import resume
+    from grpo_recipes.config import resume
 
     line = parse(argv)
     if line is None:
@@ -251,7 +251,7 @@ def check(argv: list[str], config_dir: Path) -> list[str]:
         check_config(cfg)
     # TRL's rules need the hardware that runs the jobs: this one, unless a launcher sends them elsewhere
     if not line.multirun or hydra_cfg.get("launcher", "").endswith("BasicLauncher"):
-        from grpo_recipes.config import (
+        from grpo_recipes.config.trainer_args import (
             check_trainer_config,  # TRL: seconds to import; the job needs it anyway
         )
 
@@ -276,7 +276,7 @@ def check_search(line: CommandLine) -> None:
 
 def _resume(argv: list[str], config_dir: Path, line: CommandLine, run_dir: Path, plan) -> tuple[list, list]:
     """The resumed run's own overrides with this command's on top: refused if they change what it learns."""
-    from grpo_recipes import resume
+    from grpo_recipes.config import resume
 
     saved = resume.saved_overrides(run_dir)
     overrides = resume.merge_overrides(saved, line.overrides) if saved is not None else line.overrides

@@ -1,0 +1,1 @@
+"""The command line and the config: checks, resume rules, TRL's names and arguments."""

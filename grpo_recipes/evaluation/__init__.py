@@ -1,0 +1,1 @@
+"""The fixed evaluation and how it generates."""

@@ -1,0 +1,1 @@
+"""What a run writes: logs, metrics, the report, sweep summaries and searches."""

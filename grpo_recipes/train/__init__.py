@@ -1,0 +1,1 @@
+"""The training run: set-up, data, the trainer's extensions and callbacks."""
