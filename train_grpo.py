@@ -19,9 +19,11 @@ import hydra
 from omegaconf import DictConfig
 
 from grpo_recipes.config.cli import rewrite_argv
+from grpo_recipes.config.knobs import register
 from grpo_recipes.config.preflight import check_command_line
 
 CONFIG_DIR = Path(__file__).resolve().parent / "config"
+register()  # every group's declared defaults, before Hydra composes
 
 
 @hydra.main(version_base="1.3", config_path="config", config_name="train")

@@ -25,8 +25,18 @@ def main() -> None:
     cfg, taskset, _, rows, model, tokenizer = default_setup(eval_size=args.problems)
     model.eval()
     max_new = cfg["grpo"]["max_completion_length"]
+    e = cfg["eval"]
     batched = FixedEvaluator(
-        rows, taskset, tokenizer, "answer_tag", max_new_tokens=max_new, batch_size=cfg["eval"]["batch_size"]
+        rows,
+        taskset,
+        tokenizer,
+        "answer_tag",
+        max_new_tokens=max_new,
+        batch_size=e["batch_size"],
+        do_sample=e["do_sample"],
+        temperature=e["temperature"],
+        pass_k=e["pass_k"],
+        print_examples=e["print_examples"],
     )
     indices = list(range(len(rows)))
 

@@ -4,7 +4,7 @@
     python -m benchmarks.bench_preset_step experiment=gsm8k grpo.max_completion_length=192
 
 The config is composed as train_grpo.py composes it (any override works); the run is assembled and
-its trainer built by grpo_recipes (setup.assemble, run.build_trainer, fast paths applied), then
+its trainer built by grpo_recipes (setup.assemble, trainer.build_trainer, fast paths applied), then
 trained for --steps steps with the fixed eval at step 0 only. Prints per-step means of generation,
 rewards (sandbox included), the log-prob passes, backward and the optimizer, and for the eval:
 generation (greedy and pass@k samples) and scoring.
@@ -43,7 +43,7 @@ def main() -> None:
     from grpo_recipes.config.resume import RunPlan
     from grpo_recipes.train import fast_paths
     from grpo_recipes.train.assemble import assemble
-    from grpo_recipes.train.run import build_trainer
+    from grpo_recipes.train.trainer import build_trainer
 
     with tempfile.TemporaryDirectory() as out:
         cfg = compose(args.overrides, args.steps, out)

@@ -20,7 +20,8 @@ def main() -> None:
 
     from rewards.code import TestSuite, run_suites
     from rewards.sandbox import Executor
-    from tasks.code import HumanEvalConfig, HumanEvalDataset, PythonFunctionsConfig, PythonFunctionsDataset
+    from tasks.code import HumanEvalConfig, HumanEvalDataset
+    from tasks.python_functions import PythonFunctionsConfig, PythonFunctionsDataset
 
     parallel = Executor(workers=len(os.sched_getaffinity(0)))
     serial = Executor(workers=1)

@@ -1,5 +1,5 @@
-"""Reading an answer out of text: the readers the answer formats chain (grpo_common/formats.py),
-and how numbers are spelled.
+"""Reading an answer out of text: the readers the answer formats chain (grpo_common/formats.py). Numbers
+are spelled as grpo_common/numbers.py writes them.
 
 A tag's answer is taken as written (lists like "1, 2, 3", sentences, JSON, `a < b`), with only
 decoration removed: markdown/`\\boxed{}` wrappers, a trailing full stop after a single-token
@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import re
 
+from grpo_common.numbers import is_number, normalize_number, same_number
+
 # A number as written in text: thousands commas only in groups of three ("1,000", not "1,2").
 _NUMBER = r"[-+]?\$?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?"
-_NUMERIC = re.compile(r"([-+]?)\$?(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?")
 # The tag, then the rest of its line (one-line answer; empty: the answer is on the lines below).
 _TAG_LINE = re.compile(r"\[ANSWER\][: \t]*([^\n]*)", re.IGNORECASE)
 # Content up to the closing tag, never across another opening tag (linear on unclosed tags).
@@ -72,33 +73,6 @@ _DIGIT = re.compile(r"\d")
 _DIGITS = re.compile(r"\d+")
 # Only the first characters are searched: a huge completion cannot make extraction slow.
 MAX_CHARS = 20_000
-
-
-def normalize_number(text: str) -> str:
-    """A number's spelling: '1,000' -> '1000', '$12' -> '12', '12.0' -> '12', '+5' -> '5', '-0' -> '0'.
-
-    Anything that is not a number is only stripped ('1,2,3', '$x' and 'a, b' keep their commas and
-    signs). Decimals that are not whole keep their digits ('2.50' stays '2.50'): some verifiers
-    compare the reference's exact spelling (advanced_geometry's '0.480')."""
-    s = text.strip()
-    m = _NUMERIC.fullmatch(s)
-    if not m:
-        return s
-    sign, whole, frac = m.groups()
-    whole = whole.replace(",", "")
-    if frac and not frac.strip(".0"):  # 12.0, 12.00 -> 12
-        frac = None
-    s = whole + (frac or "")
-    if sign == "-" and s.strip("0."):
-        s = "-" + s
-    return s
-
-
-def same_number(a: str, b: str) -> bool:
-    """Both are numbers, spelled alike once normalised: '0.0' and '0', '1,000' and '$1000'."""
-    return bool(_NUMERIC.fullmatch(a.strip()) and _NUMERIC.fullmatch(b.strip())) and normalize_number(
-        a
-    ) == normalize_number(b)
 
 
 def same_answer(answer: str, reference: str) -> bool:
@@ -224,7 +198,7 @@ def _is_block(lines: list[str]) -> bool:
     """Lines that are an answer: no prose (grids, boards), or one pattern (a list of moves: 'Move disk 1
     from Peg 3 to Peg 2'); not working that ends in a lone number ('12 + 5' then '17'), nor sentences."""
     lines = [ln for ln in lines if ln.strip()]
-    if _NUMERIC.fullmatch(lines[-1].strip()) or any(ln.rstrip().endswith(".") for ln in lines[:-1]):
+    if is_number(lines[-1]) or any(ln.rstrip().endswith(".") for ln in lines[:-1]):
         return False  # a sentence's stop ends the answer before the last line
     if not any(_has_words(ln) for ln in lines):
         return True
@@ -252,7 +226,7 @@ def alone(text: str) -> str | None:
         value = _clean_tag(_drop_stop(s))
     else:
         return None
-    return None if not value or _NUMERIC.fullmatch(value) else value
+    return None if not value or is_number(value) else value
 
 
 def last_number(text: str) -> str | None:

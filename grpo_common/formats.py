@@ -254,11 +254,6 @@ def rule_names() -> list[str]:
     return [*found, "none"]
 
 
-# Shorthands for callers with no prompt format at hand (tests, a notebook): the chain the answer
-# formats share, the code reader, and the format check by name.
-extract_answer, RULES = FORMATS["plain"].extract, FORMATS["plain"].rules
-extract_code, CODE_RULES = FORMATS["code"].extract, FORMATS["code"].rules
-
-
 def format_ok(text: str, prompt_format: str, strict: bool = True) -> bool:
+    """The format check by name, for callers with no format at hand."""
     return get_format(prompt_format).is_formatted(text, strict)

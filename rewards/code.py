@@ -4,7 +4,7 @@ tests in the sandbox, and reward it.
 A code task's entry carries a test suite in its metadata (`language`, `entry_point`, `setup`,
 `tests`: a list of steps, each `[source, counted]`; uncounted steps are setup run in order).
 Python suites run in one program per solution through a harness that runs every test with its
-own timeout, in a fresh namespace the solution cannot reach (see `_HARNESS`), and reports the
+own timeout, in a fresh namespace the solution cannot reach (see `code_harness.py`), and reports the
 results on a line tagged with a random nonce it reads from stdin: a program that exits early
 (`sys.exit(0)` before the asserts), crashes, patches the harness or prints a fake verdict passes
 nothing. Other languages (a command template in the `sandbox` config) run one program per test;
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from grpo_common.errors import ConfigError
+from rewards.code_harness import parse_verdict, python_harness
 from rewards.common import completion_text, entries, is_number
 from rewards.sandbox import Executor, Program, get_executor
 from rewards.train_stats import log_train_stats
@@ -103,135 +104,6 @@ def assemble(solution: str, suite: TestSuite) -> str:
     return suite.prompt + solution
 
 
-_HARNESS = r"""
-def _run_tests(program, prompt, setup, entry, steps, per_test):
-    # Everything the verdict depends on is bound here, before the solution runs: it may patch
-    # builtins, modules or its own globals, but the tests run in a fresh namespace (pristine
-    # builtins, the task's own prompt code, modules restored) and see only its function, whose
-    # return values must be plain data (no object that equals everything).
-    import builtins, json, os, signal, sys, time
-    _exec, _compile, _write, _exit, _dumps = exec, compile, os.write, os._exit, json.dumps
-    _setitimer, _timer, _now = signal.setitimer, signal.ITIMER_REAL, time.monotonic
-    _type, _all, _dict = type, all, dict
-    _modules, _vars, _list = sys.modules, vars, list
-    pristine = _dict(builtins.__dict__)
-    # Modules loaded now are restored after the solution ran; any it loaded are dropped, so a test
-    # that imports one (math, random, ...) gets a fresh copy, not one the solution patched.
-    _module_type, _isinstance = type(sys), isinstance
-    saved = {name: (m, _dict(_vars(m)))
-             for name, m in _list(_modules.items()) if _isinstance(m, _module_type)}
-    others = {name: m for name, m in _list(_modules.items()) if name not in saved}
-    nonce = sys.stdin.readline().strip()
-    out = os.dup(1)
-
-    class TestTimeout(BaseException):
-        pass
-
-    def alarm(signum, frame):
-        raise TestTimeout()
-
-    signal.signal(signal.SIGALRM, alarm)
-    plain_types = (int, float, complex, str, bytes, bool, type(None))
-
-    def plain(value, depth=0):
-        t = _type(value)
-        if t in plain_types:
-            return True
-        if depth > 50:
-            return False
-        if t in (list, tuple, set, frozenset):
-            return _all(plain(v, depth + 1) for v in value)
-        if t is dict:
-            return _all(plain(k, depth + 1) and plain(v, depth + 1) for k, v in value.items())
-        return False
-
-    def checked(fn):
-        def candidate(*args, **kwargs):
-            value = fn(*args, **kwargs)
-            if not plain(value):
-                raise TypeError("sandbox: the solution returned something other than plain data")
-            return value
-        return candidate
-
-    solution_env = {"__name__": "solution"}
-    tests_env = {"__name__": "tests", "__builtins__": pristine}
-    defined = False
-    try:
-        _setitimer(_timer, 2 * per_test)
-        _exec(_compile(program, "solution.py", "exec"), solution_env)
-        function = solution_env[entry] if entry else None
-        defined = True
-    except BaseException:
-        pass
-    finally:
-        _setitimer(_timer, 0)
-    for name, (module, contents) in saved.items():  # undo what the solution did to modules
-        _modules[name] = module
-        current = _vars(module)
-        for key in _list(current):
-            if key not in contents:
-                del current[key]
-        current.update(contents)
-    for name in _list(_modules):
-        if name not in saved and name not in others:
-            del _modules[name]
-    _modules.update(others)
-    if defined:
-        try:
-            _setitimer(_timer, 2 * per_test)
-            _exec(_compile(prompt, "prompt.py", "exec"), tests_env)
-            _exec(_compile(setup, "tests.py", "exec"), tests_env)
-            if entry:
-                tests_env[entry] = tests_env["candidate"] = checked(function)
-        except BaseException:
-            defined = False
-        finally:
-            _setitimer(_timer, 0)
-    results = []
-    for source, counted in steps:
-        ok = False
-        if defined:
-            start = _now()
-            try:
-                _setitimer(_timer, per_test)
-                _exec(_compile(source, "tests.py", "exec"), tests_env)
-                ok = True
-            except BaseException:
-                ok = False
-            finally:
-                _setitimer(_timer, 0)
-            ok = ok and _now() - start <= per_test * 1.5  # an ignored alarm still fails the slow test
-        if counted:
-            results.append(ok)
-    _write(out, ("\n" + nonce + " " + _dumps(results) + "\n").encode())
-    _exit(0)  # skip any atexit handler the solution registered
-
-"""
-
-
-def python_harness(solution: str, suite: TestSuite, per_test_timeout: float) -> str:
-    args = [
-        assemble(solution, suite),
-        suite.prompt,
-        suite.setup,
-        suite.entry_point,
-        suite.tests,
-        float(per_test_timeout),
-    ]
-    return _HARNESS + f"import json as _json\n_run_tests(*_json.loads({json.dumps(args)!r}))\n"
-
-
-def _parse_verdict(stdout: str, nonce: str, total: int) -> list[bool] | None:
-    for line in reversed(stdout.splitlines()):
-        if line.startswith(nonce + " "):
-            try:
-                results = json.loads(line[len(nonce) + 1 :])
-            except ValueError:
-                return None
-            return [bool(r) for r in results] if isinstance(results, list) and len(results) == total else None
-    return None
-
-
 def run_suites(
     solutions: Sequence[str | None],
     suites: Sequence[TestSuite],
@@ -250,7 +122,8 @@ def run_suites(
         if suite.language == "python":
             nonce = secrets.token_hex(16)
             budget = timeout * (len(suite.tests) + 6) + 2.0  # start, definition, prompt + setup, every step
-            programs.append(Program(python_harness(solution, suite, timeout), "python", nonce + "\n", budget))
+            harness = python_harness(assemble(solution, suite), suite, timeout)
+            programs.append(Program(harness, "python", nonce + "\n", budget))
             owners.append((i, "harness"))
             nonces.append(nonce)
         else:
@@ -274,7 +147,7 @@ def run_suites(
     for (i, kind), nonce, result in zip(owners, nonces, results):
         outcome = outcomes[i]
         if kind == "harness":
-            verdict = _parse_verdict(result.stdout, nonce, outcome.total)
+            verdict = parse_verdict(result.stdout, nonce, outcome.total)
             outcome.passed = sum(verdict) if verdict else 0
         elif result.ok and (nonce is None or result.stdout.rstrip("\n").rsplit("\n", 1)[-1] == nonce):
             outcome.passed += 1
@@ -300,9 +173,8 @@ def make_code_reward(judge, base_weight: float = 1.0, perfect_bonus: float = 1.0
         perfect = [fraction >= 1.0 for _, fraction in judged]
         for i, (_, fraction), all_passed in zip(runnable, judged, perfect):
             out[i] = fraction * base_weight + (perfect_bonus if all_passed else 0.0)
-        if (
-            callable(kwargs.get("log_metric")) and runnable
-        ):  # per-task accuracy (all tests pass), group variance
+        # per-task accuracy (all tests pass), group variance
+        if callable(kwargs.get("log_metric")) and runnable:
             log_train_stats(
                 kwargs["log_metric"],
                 [rows[i].get("question", "") for i in runnable],

@@ -24,7 +24,7 @@ from grpo_common.formats import reader
 from grpo_common.templates import with_prefix
 from rewards.accuracy import make_accuracy_reward, make_correct_and_format_reward
 from rewards.code import TestSuite, make_code_reward
-from rewards.common import judge_with
+from rewards.common import is_number, judge_with
 from rewards.format import make_format_reward
 from rewards.shaping import (
     make_length_scaled_reward,
@@ -116,12 +116,6 @@ def _code_reward(ctx: RewardContext, base_weight, perfect_bonus, moved: dict[str
     return make_code_reward(ctx.judge, base_weight, perfect_bonus)
 
 
-def register_reward(
-    name: str, factory: Callable[..., Callable], params: dict[str, tuple | None] | None = None
-):
-    REWARDS[name] = (factory, params or {})
-
-
 def _import_dotted(path: str) -> Callable:
     module_name, _, attr = path.replace(":", ".").rpartition(".")
     try:
@@ -160,8 +154,11 @@ def build_rewards(spec: Mapping[str, Any], ctx: RewardContext) -> tuple[list[Cal
             continue
         params = dict(params)
         weight = params.pop("weight", 1.0)
-        if not isinstance(weight, (int, float)):
-            raise ConfigError(f"dataset.rewards.{key}.weight must be a number, got {weight!r}")
+        if not is_number(weight):  # as grpo_recipes' config check: `weight=true` is a mistake, not 1.0
+            raise ConfigError(
+                f"dataset.rewards.{key}.weight must be a number: an int or a float (not a bool, NaN or inf), "
+                f"got {weight!r}"
+            )
         fn_name = params.pop("fn", key)
         if "." in fn_name or ":" in fn_name:
             if params:

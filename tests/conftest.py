@@ -6,6 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from grpo_recipes.config import knobs
+from grpo_recipes.config.knobs import register
+
+register()  # the declared defaults, for the tests that compose configs with Hydra directly
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -84,3 +89,14 @@ def tiny_trainer(trainer_class, tmp_path, prompts, reward, model=None, trainer_k
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = args.gradient_accumulation_steps  # set by the train loop
     return trainer
+
+
+def declared(group: str, **values) -> dict:
+    """A config group as the run hands it to its consumers: every declared default, with `values` over them
+    (a nested group's values merge into its defaults)."""
+    cls = {**knobs.GROUPS, **knobs.OPEN_GROUPS}[group]
+    out = knobs.defaults(cls)
+    nested = {f"{group}.{key.split('.')[1]}" for key in knobs.KNOBS if key.count(".") == 2}
+    for key, value in values.items():
+        out[key] = {**out[key], **value} if f"{group}.{key}" in nested else value
+    return out

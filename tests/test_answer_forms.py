@@ -30,8 +30,7 @@ import functools
 import pytest
 
 from grpo_recipes.train.data import to_row
-from tasks.code import is_code_task
-from tasks.registry import KNOWN_UNSCORABLE, TaskSet, available_tasks
+from tasks.registry import KNOWN_UNSCORABLE, TaskSet, available_tasks, is_code_task
 from tests import test_task_registry as registry_walk
 
 # The registry walk's entries and task files (qa_file, code_file), shared rather than copied.

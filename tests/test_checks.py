@@ -6,7 +6,9 @@ import pytest
 
 from grpo_common.errors import ConfigError
 from grpo_recipes.config import resume
-from grpo_recipes.config.checks import SCHEMA, Value, check_values
+from grpo_recipes.config.checks import check_values
+from grpo_recipes.config.knobs import SCHEMA
+from grpo_recipes.config.values import Value
 from tests.test_config import composed
 
 
@@ -44,11 +46,14 @@ def test_the_defaults_and_every_preset_pass_the_whole_check():
         check_trainer_config(cfg)
 
 
-def test_every_grpo_key_of_the_table_is_a_field_of_the_installed_trl():
-    from grpo_recipes.config.trainer_args import RECIPE_KEYS, grpo_field_names
+def test_every_declared_grpo_knob_is_a_field_of_the_installed_trl_or_the_recipes_own():
+    import dataclasses
+
+    from grpo_recipes.config.knobs import RecipeGRPOFields
+    from grpo_recipes.config.trl_names import grpo_field_names
 
     keys = {k.split(".", 1)[1] for k in SCHEMA if k.startswith("grpo.")}
-    assert keys - set(RECIPE_KEYS) <= grpo_field_names()
+    assert keys - {f.name for f in dataclasses.fields(RecipeGRPOFields)} <= grpo_field_names()
 
 
 def test_trl_errors_name_the_key_the_message_is_about():

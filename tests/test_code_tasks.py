@@ -5,7 +5,7 @@ import json
 import pytest
 
 from grpo_common.errors import ConfigError
-from grpo_common.formats import extract_code
+from grpo_common.formats import get_format
 from grpo_recipes.train.data import to_row
 from rewards import RewardContext, build_rewards
 from rewards.code import TestSuite, run_suites
@@ -40,7 +40,7 @@ from tasks.code import HumanEvalConfig, HumanEvalDataset, split_check
     ],
 )
 def test_extract_code(text, code, rule):
-    extraction = extract_code(text)
+    extraction = get_format("code").extract(text)
     assert (extraction.answer, extraction.rule) == (code, rule)
 
 

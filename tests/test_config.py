@@ -25,10 +25,11 @@ def composed(*overrides: str) -> dict:
 @pytest.mark.filterwarnings("ignore:`gradient_checkpointing` is deprecated:FutureWarning")
 def test_defaults_compose_into_a_valid_grpo_config():
     import torch
-    from trl import GRPOConfig
 
+    from grpo_recipes.config.trainer_args import recipe_grpo_config_class
     from grpo_recipes.models.hardware import resolve_activation_checkpointing
 
+    GRPOConfig = recipe_grpo_config_class()  # TRL's, with the recipe's own knobs
     cfg = composed()
     assert cfg["model"]["path"] == "embedded:smollm2-135m-instruct"
     assert cfg["dataset"]["name"] == "arithmetic" and cfg["run_name"] == "arithmetic-smollm2-135m"
@@ -41,6 +42,7 @@ def test_defaults_compose_into_a_valid_grpo_config():
     resolve_activation_checkpointing(kwargs, torch.nn.Linear(10, 10), CPU, lora=False)
     assert GRPOConfig(**kwargs).activation_checkpointing is False  # TRL's own default would be True
     assert args.generation_batch_size % args.num_generations == 0
+    assert (args.fast_paths, args.no_signal_warning) == ("auto", 3)  # the recipe's knobs, read from the args
 
 
 def test_top_level_knobs_and_group_overrides():

@@ -13,7 +13,7 @@ from grpo_recipes.train.dynamic_sampling import (
     varied_groups,
 )
 from grpo_recipes.train.sampling_kl import SAMPLING_LOGPS, SamplingKLTrainer
-from tests.conftest import tiny_trainer
+from tests.conftest import declared, tiny_trainer
 
 # TRL 1.16 calls transformers' deprecated alias on every generation (as run.py, this one warning only).
 pytestmark = pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing.*:FutureWarning")
@@ -131,8 +131,8 @@ def test_varied_groups_reads_equal_advantages_as_no_signal():
 
 
 def test_the_switch_off_is_the_trainer_without_dynamic_sampling():
-    assert trainer_class({"dynamic_sampling": False}) is SamplingKLTrainer
-    assert trainer_class({}) is SamplingKLTrainer
+    assert trainer_class({"dynamic_sampling": False, "dynamic_sampling_max_draws": 4}) is SamplingKLTrainer
+    assert trainer_class(declared("grpo")) is SamplingKLTrainer  # the declared default: off
     chosen = trainer_class({"dynamic_sampling": True, "dynamic_sampling_max_draws": 6})
     assert isinstance(chosen, functools.partial) and chosen.func is DynamicSamplingTrainer
     assert chosen.keywords == {"max_draws": 6}

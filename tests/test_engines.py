@@ -17,8 +17,8 @@ import torch
 import yaml
 
 from grpo_common.errors import ConfigError
-from tests.conftest import ROOT, read_jsonl, run_train
-from tests.test_evaluation import eval_rows
+from tests.conftest import ROOT, declared, read_jsonl, run_train
+from tests.test_evaluation import eval_rows, evaluator
 
 CONFIG = ROOT / "config"
 
@@ -120,7 +120,7 @@ def test_an_fsdp_sharded_checkpoint_loads_through_torchs_converter(tmp_path, tin
     before = sorted(p.name for p in checkpoint.rglob("*"))
 
     loaded, loaded_tokenizer = load_model_and_tokenizer(
-        {"path": str(checkpoint), "dtype": "float32"}, on_gpu=False
+        declared("model", path=str(checkpoint), dtype="float32"), on_gpu=False
     )
     for (name, a), (_, b) in zip(model.state_dict().items(), loaded.state_dict().items(), strict=True):
         assert torch.equal(a, b), name
@@ -143,11 +143,9 @@ class Scripted:
 
 
 def test_any_generator_feeds_the_same_eval_contract(tiny):
-    from grpo_recipes.evaluation.evaluator import FixedEvaluator
-
     _, tokenizer = tiny
     taskset, rows = eval_rows(4)
-    ev = FixedEvaluator(rows, taskset, tokenizer, "answer_tag", max_new_tokens=6)
+    ev = evaluator(rows, taskset, tokenizer, max_new_tokens=6)
     eos = tokenizer.eos_token_id
     text = tokenizer("[ANSWER] 7", add_special_tokens=False)["input_ids"]
     finished = [*text, eos, tokenizer.pad_token_id]  # ends with EOS, then padding (ignored)
@@ -353,6 +351,8 @@ def test_deepspeed_two_processes_train_stop_resume_save_and_reevaluate(preset, t
     checkpoint = run / f"checkpoint-{end}"
     if preset == "zero3":  # shards only: eval_only's loader converts them (deepspeed zero_to_fp32)
         assert not (checkpoint / "model.safetensors").exists() and (checkpoint / "latest").is_file()
-    from_checkpoint, _ = load_model_and_tokenizer({"path": str(checkpoint), "dtype": "float32"}, on_gpu=False)
+    from_checkpoint, _ = load_model_and_tokenizer(
+        declared("model", path=str(checkpoint), dtype="float32"), on_gpu=False
+    )
     for a, b in zip(from_checkpoint.parameters(), trained.parameters(), strict=True):
         assert torch.equal(a, b)  # the last checkpoint is the final model

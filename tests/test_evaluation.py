@@ -6,9 +6,16 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from grpo_recipes.evaluation.evaluator import FixedEvaluator, rank_shard, summarize
-from tests.conftest import read_jsonl
+from tests.conftest import declared, read_jsonl
 
 CONFIG = Path(__file__).resolve().parents[1] / "config"
+
+
+def evaluator(rows, taskset, tokenizer, prompt_format="answer_tag", **given):
+    """A FixedEvaluator with the eval group's declared defaults (config/knobs.py), `given` over them."""
+    e = declared("eval")
+    keys = ("batch_size", "do_sample", "temperature", "pass_k", "print_examples")
+    return FixedEvaluator(rows, taskset, tokenizer, prompt_format, **{**{k: e[k] for k in keys}, **given})
 
 
 def example(task, correct, score, fmt, length, rule="tag"):
@@ -30,7 +37,7 @@ def test_summarize_overall_and_per_task():
         example("b", True, 1.0, True, 30),
         example("b", False, 0.0, True, 40, "none"),
     ]
-    m = summarize(rows)
+    m = summarize(rows, "plain")
     assert m["num_examples"] == 4
     assert (
         m["accuracy"] == 0.5 and m["mean_score"] == 0.625 and m["format"] == 0.75 and m["mean_length"] == 25
@@ -55,8 +62,8 @@ def test_per_level_rows_are_reported_apart_from_the_fixed_eval():
         {**example("a", False, 0.0, False, 90), "eval_level": 1},
         {**example("a", False, 0.0, False, 90), "eval_level": 1},
     ]
-    m = summarize(fixed + leveled)
-    assert m == {**summarize(fixed), "level/a/0/accuracy": 1.0, "level/a/1/accuracy": 0.25}
+    m = summarize(fixed + leveled, "plain")
+    assert m == {**summarize(fixed, "plain"), "level/a/0/accuracy": 1.0, "level/a/1/accuracy": 0.25}
     assert m["num_examples"] == 2 and m["accuracy"] == 0.5 and m["format"] == 1.0
 
 
@@ -72,22 +79,17 @@ def test_rank_shards_cover_every_index_in_equal_counts(world):
 def eval_rows(n=12):
     from grpo_recipes.train.data import build_datasets
 
-    ds = {
-        "tasks": {"sum_digits": {}, "reverse_digits": {}},
-        "prompt_format": "answer_tag",
-        "system_prompt": None,
-        "train_size": 50,
-        "seed": 1,
-    }
-    taskset, _, rows = build_datasets(ds, {"size": n // 2, "seed": 7})
+    tasks = {"sum_digits": {}, "reverse_digits": {}}
+    ds = declared("dataset", tasks=tasks, prompt_format="answer_tag", train_size=50, seed=1)
+    taskset, _, rows = build_datasets(ds, declared("eval", size=n // 2, seed=7))
     return taskset, rows
 
 
 def test_batched_greedy_generation_equals_one_at_a_time(tiny):
     model, tokenizer = tiny
     taskset, rows = eval_rows()
-    batched = FixedEvaluator(rows, taskset, tokenizer, "answer_tag", max_new_tokens=12, batch_size=12)
-    single = FixedEvaluator(rows, taskset, tokenizer, "answer_tag", max_new_tokens=12, batch_size=1)
+    batched = evaluator(rows, taskset, tokenizer, max_new_tokens=12, batch_size=12)
+    single = evaluator(rows, taskset, tokenizer, max_new_tokens=12, batch_size=1)
     indices = list(range(len(rows)))
     a, b = batched.generate(model, indices), single.generate(model, indices)
     assert [x[0] for x in a] == [x[0] for x in b]
@@ -97,7 +99,7 @@ def test_batched_greedy_generation_equals_one_at_a_time(tiny):
 def test_score_uses_the_extraction_chain_and_the_verifier(tiny):
     _, tokenizer = tiny
     taskset, rows = eval_rows()
-    ev = FixedEvaluator(rows, taskset, tokenizer, "answer_tag", max_new_tokens=8)
+    ev = evaluator(rows, taskset, tokenizer, max_new_tokens=8)
     good = ev.score(0, f"work\n[ANSWER] {rows[0]['answer']}", 5, False)
     assert good["correct"] and good["score"] == 1.0 and good["rule"] == "tag" and good["format_ok"]
     bad = ev.score(0, "the answer is -1", 5, True)
@@ -114,15 +116,15 @@ def test_eval_reward_is_the_weighted_training_reward(tiny):
     taskset, rows = eval_rows()
     ctx = RewardContext(scorer=taskset.score, prompt_format="answer_tag", judge=taskset.judge)
     funcs, weights = build_rewards({"correct_and_format": {"weight": 1.0, "format_weight": 0.1}}, ctx)
-    ev = FixedEvaluator(rows, taskset, tokenizer, "answer_tag", max_new_tokens=8, rewards=zip(funcs, weights))
+    ev = evaluator(rows, taskset, tokenizer, max_new_tokens=8, rewards=zip(funcs, weights))
     right = f"[ANSWER] {rows[0]['answer']}"
     wrong_unformatted = "no idea"
     records = ev.score_batch([0, 1], [(right, 5, False), (wrong_unformatted, 3, False)])
     assert [r["reward"] for r in records] == pytest.approx([1.0, -0.1])
-    assert summarize(records)["reward"] == pytest.approx(0.45)
+    assert summarize(records, "plain")["reward"] == pytest.approx(0.45)
     # without rewards the key is absent, not zero
-    plain = FixedEvaluator(rows, taskset, tokenizer, "answer_tag", max_new_tokens=8)
-    assert "reward" not in summarize(plain.score_batch([0], [(right, 5, False)]))
+    plain = evaluator(rows, taskset, tokenizer, max_new_tokens=8)
+    assert "reward" not in summarize(plain.score_batch([0], [(right, 5, False)]), "plain")
 
 
 @pytest.fixture(scope="module")
@@ -174,7 +176,7 @@ def test_step_zero_eval_is_the_untrained_model(tiny_run, tiny):
     from grpo_recipes.models.hardware import detect_hardware
 
     untrained = tiny_model(tokenizer, seed=container["seed"])
-    ev = FixedEvaluator(rows, taskset, tokenizer, "answer_tag", max_new_tokens=8)
+    ev = evaluator(rows, taskset, tokenizer, max_new_tokens=8)
     # the run trains (and evaluates) under bf16 autocast where the CPU has native bf16
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=detect_hardware().bf16):
         expected = [c for c, _, _ in ev.generate(untrained, list(range(len(rows))))]
@@ -228,7 +230,7 @@ def test_summarize_reports_pass_at_k_per_task():
         dict(example("a", False, 0, False, 5), num_samples=4, samples_correct=2),
         dict(example("b", True, 1, True, 5), num_samples=4, samples_correct=0),
     ]
-    m = summarize(rows, ks=[1, 4])
+    m = summarize(rows, "plain", ks=[1, 4])
     assert m["a/pass@1"] == 0.5 and m["a/pass@4"] == 1.0 and m["b/pass@4"] == 0.0
     assert m["pass@1"] == 0.25 and m["pass@4"] == 0.5
 
@@ -236,11 +238,10 @@ def test_summarize_reports_pass_at_k_per_task():
 def test_sampled_pass_at_k_generation(tiny):
     model, tokenizer = tiny
     taskset, rows = eval_rows(4)
-    ev = FixedEvaluator(
+    ev = evaluator(
         rows,
         taskset,
         tokenizer,
-        "answer_tag",
         max_new_tokens=6,
         batch_size=8,
         pass_k={"samples": 3, "temperature": 1.0, "k": [1, 2, 8]},
@@ -303,3 +304,59 @@ def test_console_shows_examples_at_each_eval(tiny_run):
     log = (tiny_run[0] / "train.log").read_text()
     assert log.count("[eval step") == 3
     assert "Q: Calculate" in log and "extracted" in log
+
+
+def test_callback_runs_each_step_once_and_a_resume_reads_its_earlier_evals(tmp_path):
+    """Step 0, every N steps, the last step (not again at train end); the vLLM generator when given."""
+    import torch
+    from transformers import TrainerState
+
+    from grpo_recipes.evaluation.callback import FixedEvalCallback
+
+    class Evaluator:
+        def __init__(self):
+            self.calls = []
+
+        def run(self, generator, accelerator, step, out_dir):
+            self.calls.append((step, generator))
+            out_dir.mkdir(parents=True, exist_ok=True)
+            (out_dir / f"eval_step_{step}.json").write_text(json.dumps({"metrics": {"accuracy": step / 10}}))
+            return {"accuracy": step / 10}, []
+
+    def callback(evaluator, **kwargs):
+        sent = []
+        cb = FixedEvalCallback(
+            evaluator,
+            tmp_path,
+            every_n_steps=2,
+            accelerator=None,
+            send_logs=lambda logs, state: sent.append((state.global_step, logs)),
+            vllm_generator=lambda m: ("vllm", m),  # the transformers path: the e2e tests
+            **kwargs,
+        )
+        return cb, sent
+
+    model, state = torch.nn.Linear(2, 2), TrainerState(max_steps=3)
+    model.train()
+    evaluator = Evaluator()
+    cb, sent = callback(evaluator)
+    cb.on_train_begin(None, state, None, model=model)
+    for step in (1, 2, 3):
+        state.global_step = step
+        cb.on_step_end(None, state, None, model=model)
+    cb.on_train_end(None, state, None, model=model)
+    assert [step for step, _ in evaluator.calls] == [0, 2, 3]
+    assert all(generator == ("vllm", model) for _, generator in evaluator.calls) and model.training
+    assert sent == [(s, {"eval_accuracy": s / 10}) for s in (0, 2, 3)]
+    assert cb.history == {0: {"accuracy": 0.0}, 2: {"accuracy": 0.2}, 3: {"accuracy": 0.3}}
+    # resumed at step 2: steps 0 and 2 read back (not 3, after the checkpoint), none evaluated again;
+    # stopped early at step 3, it evaluates at the end unless the stop was a signal's
+    for signalled, expected in ((True, []), (False, [3])):
+        state = TrainerState(max_steps=10, global_step=2)
+        resumed, _ = callback(Evaluator(), skip_final_eval=lambda signalled=signalled: signalled)
+        resumed.on_train_begin(None, state, None, model=model)
+        assert set(resumed.history) == {0, 2}
+        state.global_step = 3
+        resumed.on_step_end(None, state, None, model=model)
+        resumed.on_train_end(None, state, None, model=model)
+        assert [step for step, _ in resumed.evaluator.calls] == expected

@@ -2,8 +2,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grpo_common.answers import normalize_number
-from grpo_common.formats import RULES, Extraction, extract_answer
+from grpo_common.formats import Extraction, get_format
+from grpo_common.numbers import normalize_number
+
+PLAIN = get_format("plain")  # the chain the answer formats share
 
 
 @pytest.mark.parametrize(
@@ -31,13 +33,13 @@ from grpo_common.formats import RULES, Extraction, extract_answer
     ],
 )
 def test_extraction_chain(text, answer, rule):
-    got = extract_answer(text)
+    got = PLAIN.extract(text)
     assert (got.answer, got.rule) == (answer, rule)
 
 
 def test_tag_beats_phrase_and_phrase_beats_last_number():
-    assert extract_answer("the answer is 3, [ANSWER] 4, and 5").answer == "4"
-    assert extract_answer("so 2 + 2 = 4 (checked 17 times)").answer == "4"
+    assert PLAIN.extract("the answer is 3, [ANSWER] 4, and 5").answer == "4"
+    assert PLAIN.extract("so 2 + 2 = 4 (checked 17 times)").answer == "4"
 
 
 # Whole numbers lose ".0"; other decimals keep their digits ("2.50"): some verifiers compare the
@@ -90,7 +92,7 @@ def test_normalize_number(raw, norm):
     ],
 )
 def test_tag_answers_are_taken_as_written(text, answer):
-    assert extract_answer(text) == Extraction(answer, "tag")
+    assert PLAIN.extract(text) == Extraction(answer, "tag")
 
 
 def test_huge_inputs_stay_fast():
@@ -98,20 +100,20 @@ def test_huge_inputs_stay_fast():
 
     for text in ("<answer>" * 100_000, "[ANSWER]\n" * 100_000, "1," * 100_000, "answer is " * 100_000):
         start = time.perf_counter()
-        extract_answer(text)
+        PLAIN.extract(text)
         assert time.perf_counter() - start < 0.5
 
 
 def test_non_string_input_is_scored_not_raised():
-    assert extract_answer(None).rule == "none"
-    assert extract_answer(12).answer == "12"
+    assert PLAIN.extract(None).rule == "none"
+    assert PLAIN.extract(12).answer == "12"
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.text())
 def test_extraction_never_raises(text):
-    got = extract_answer(text)
-    assert got.rule in RULES
+    got = PLAIN.extract(text)
+    assert got.rule in PLAIN.rules
     assert (got.answer is None) == (got.rule == "none")
 
 
@@ -233,5 +235,5 @@ MOVES = "Move disk 1 from Peg 1 to Peg 3\nMove disk 3 from Peg 2 to Peg 1"
     ],
 )
 def test_word_list_expression_and_grid_answers(text, answer, rule):
-    got = extract_answer(text)
+    got = PLAIN.extract(text)
     assert (got.answer, got.rule) == (answer, rule)

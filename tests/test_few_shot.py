@@ -7,6 +7,7 @@ from grpo_common.errors import ConfigError
 from grpo_recipes.config.checks import check_config
 from grpo_recipes.train.curriculum import build_curriculum_datasets
 from grpo_recipes.train.data import build_datasets, few_shot
+from tests.conftest import declared
 from tests.test_config import composed
 
 SHOT = {
@@ -16,15 +17,16 @@ SHOT = {
 
 
 def _dataset(**extra):
-    return {
-        "tasks": {"reverse_digits": {"config": {"min_value": 10, "max_value": 99}}},
-        "prompt_format": "answer_tag",
-        "system_prompt": "Reverse the number.",
-        "train_size": 20,
-        "seed": 1,
-        "few_shot": [SHOT],
-        **extra,
-    }
+    return declared(
+        "dataset",
+        **{
+            "tasks": {"reverse_digits": {"config": {"min_value": 10, "max_value": 99}}},
+            "system_prompt": "Reverse the number.",
+            "train_size": 20,
+            "few_shot": [SHOT],
+            **extra,
+        },
+    )
 
 
 def _expected_start():

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from grpo_common.formats import FORMATS, RULES, extract_answer, format_ok
+from grpo_common.formats import FORMATS, format_ok
 from grpo_recipes.train.data import to_row
 from rewards import REWARDS, RewardContext, build_rewards
 from tasks import TaskSet
@@ -132,8 +132,8 @@ ids_modes = st.sampled_from(["ids", "none", "missing", "wrong_length"])
 @SETTINGS
 @given(texts)
 def test_extract_answer_never_raises(text):
-    got = extract_answer(text)
-    assert got.rule in RULES
+    got = FORMATS["plain"].extract(text)
+    assert got.rule in FORMATS["plain"].rules
     assert (got.answer is None) == (got.rule == "none")
     assert got.answer is None or (isinstance(got.answer, str) and got.answer)
 
@@ -195,7 +195,7 @@ ADVERSARIAL = [
 @pytest.mark.parametrize("text", ADVERSARIAL, ids=[f"adversarial{i}" for i in range(len(ADVERSARIAL))])
 def test_adversarial_texts_stay_fast(text):
     start = time.perf_counter()
-    extract_answer(text)
+    FORMATS["plain"].extract(text)
     for fmt in FORMATS:
         for strict in (True, False):
             format_ok(text, fmt, strict)
@@ -205,11 +205,12 @@ def test_adversarial_texts_stay_fast(text):
 @SETTINGS
 @given(texts)
 def test_extract_code_and_test_suite_parsing_never_raise(text):
-    from grpo_common.formats import CODE_RULES, extract_code
     from rewards.code import TestSuite
 
-    extraction = extract_code(text)
-    assert extraction.rule in CODE_RULES and (extraction.answer is None or isinstance(extraction.answer, str))
+    extraction = FORMATS["code"].extract(text)
+    assert extraction.rule in FORMATS["code"].rules and (
+        extraction.answer is None or isinstance(extraction.answer, str)
+    )
     for metadata in (text, {"tests": text}, {"tests": [[text, True]], "entry_point": text}):
         suite = TestSuite.from_metadata(metadata)  # malformed metadata is None, never an error
         assert suite is None or isinstance(suite, TestSuite)

@@ -295,7 +295,7 @@ TRL_CASES = [
         ["grpo.scale_rewards=maybe"],
         "grpo.scale_rewards=maybe: expected one of: group, batch, none, true, false",
     ),
-    (["grpo.loss_type=nosuch"], "grpo.loss_type=nosuch: expected one of: grpo, bnpo, dr_grpo, dapo"),
+    (["grpo.loss_type=nosuch"], "grpo.loss_type=nosuch: expected one of: grpo, dr_grpo, dapo, bnpo"),
     (["grpo.max_prompt_length=64"], "grpo.max_prompt_length: not a GRPOConfig field of the installed TRL"),
     (["grpo.max_steps=3"], "grpo.max_steps is a top-level knob here: set `max_steps=...`"),
     (["use_vllm=true"], "use_vllm=true needs a CUDA GPU"),

@@ -12,11 +12,13 @@ from types import SimpleNamespace
 import pytest
 
 from grpo_common.formats import FORMATS, Extraction, PromptFormat, as_text, reader, rule_names
-from grpo_recipes.evaluation.evaluator import FixedEvaluator, summarize
+from grpo_recipes.evaluation.evaluator import summarize
 from grpo_recipes.outputs.report import write_report
 from grpo_recipes.train.data import build_datasets, system_prompt, to_row
 from rewards import RewardContext, build_rewards
 from tasks import TaskSet
+from tests.conftest import declared
+from tests.test_evaluation import evaluator
 
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 
@@ -68,7 +70,7 @@ def test_code_tasks_are_read_as_code_whatever_the_prompt_format():
 
 
 def test_a_new_format_gives_its_system_prompt_and_extraction(boxed):
-    assert system_prompt({"prompt_format": "boxed"}) == Boxed.system_prompt
+    assert system_prompt(declared("dataset", prompt_format="boxed")) == Boxed.system_prompt
     taskset = TaskSet({"sum_digits": {}}, "boxed")
     assert taskset.extract("1 + 2 = 3, so \\boxed{ 28 }", "sum_digits") == Extraction("28", "boxed")
     assert taskset.extract("the answer is 28", "sum_digits") == Extraction(None, "none")
@@ -110,16 +112,10 @@ def test_a_new_format_drives_the_rewards(boxed, with_taskset_judge):
 
 def test_a_new_format_reaches_the_eval_json_and_the_report(boxed, tiny, tmp_path, monkeypatch):
     _, tokenizer = tiny
-    dataset = {
-        "tasks": {"sum_digits": {}},
-        "prompt_format": "boxed",
-        "system_prompt": None,
-        "train_size": 10,
-        "seed": 1,
-    }
+    dataset = declared("dataset", tasks={"sum_digits": {}}, prompt_format="boxed", train_size=10)
     taskset, _, rows = build_datasets(dataset, {"size": 4, "seed": 7})
     assert rows[0]["prompt"][0] == {"role": "system", "content": Boxed.system_prompt}
-    ev = FixedEvaluator(rows, taskset, tokenizer, "boxed", max_new_tokens=8)
+    ev = evaluator(rows, taskset, tokenizer, "boxed", max_new_tokens=8)
     written = [f"\\boxed{{{rows[0]['answer']}}}", f"so \\boxed{{{rows[1]['answer']}}}", "the answer is 3", ""]
     monkeypatch.setattr(
         ev,

@@ -10,10 +10,10 @@ from omegaconf import OmegaConf
 from reasoning_gym.factory import create_dataset
 
 from grpo_common.errors import ConfigError
-from grpo_common.formats import extract_answer
+from grpo_common.numbers import canonical_answer, match_answer
 from grpo_recipes.train.data import build_datasets
 from tasks import TaskSet, validate_tasks
-from tasks.qa_file import canonical_answer, match_answer
+from tests.conftest import declared
 
 CONFIG = Path(__file__).resolve().parents[1] / "config"
 
@@ -301,7 +301,7 @@ def test_mixes_with_a_reasoning_gym_task(gsm_file):
 
 
 def test_eval_and_train_never_overlap_on_a_file(gsm_file):
-    dataset_cfg = {"tasks": qa(gsm_file), "train_size": 100, "seed": 1, "prompt_format": "answer_tag"}
+    dataset_cfg = declared("dataset", tasks=qa(gsm_file), train_size=100)
     eval_cfg = {"size": 10, "seed": 12345}
     _, train, eval_rows = build_datasets(dataset_cfg, eval_cfg)
     eval_questions = {r["question"] for r in eval_rows}
@@ -318,7 +318,7 @@ def test_gsm_symbolic_reference_answers_score_one_through_extraction():
     entries = ts.sample(40, seed=0)
     assert len({e["question"] for e in entries}) == 40
     for e in entries:
-        extracted = extract_answer("Let me work it out step by step... [ANSWER] " + e["answer"])
+        extracted = ts.extract("Let me work it out step by step... [ANSWER] " + e["answer"], "gsm_symbolic")
         assert extracted.rule == "tag"
         assert ts.score(extracted.answer, e) == 1.0
     assert ts.score("-1", entries[0]) < 1.0

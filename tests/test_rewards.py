@@ -93,6 +93,18 @@ def test_bad_reward_config(spec, message):
         rewards_for(spec)
 
 
+@pytest.mark.parametrize("weight", [True, False])
+def test_a_bool_weight_is_refused_as_the_config_check_does(weight):
+    # `dataset.rewards.accuracy.weight=true` is a typo, not a weight of 1.0
+    ctx = RewardContext(scorer=TS.score, prompt_format="answer_tag")
+    with pytest.raises(ConfigError) as err:
+        build_rewards({"accuracy": {"weight": weight}}, ctx)
+    assert str(err.value) == (
+        "dataset.rewards.accuracy.weight must be a number: an int or a float (not a bool, NaN or inf), "
+        f"got {weight!r}"
+    )
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.text(max_size=300), min_size=1, max_size=4))
 def test_rewards_never_raise_on_odd_completions(texts):

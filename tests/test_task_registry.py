@@ -20,13 +20,16 @@ from __future__ import annotations
 
 import functools
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from grpo_common.formats import extract_answer, format_ok
+from grpo_common.formats import format_ok
 from grpo_recipes.train.data import system_prompt, to_row
-from tasks.code import is_code_task
-from tasks.registry import KNOWN_UNSCORABLE, TaskSet, available_tasks
+from tasks.registry import KNOWN_UNSCORABLE, TaskSet, available_tasks, is_code_task
+from tests.conftest import declared
 
 SIZE = 3
 SEED = 20240607
@@ -101,7 +104,7 @@ def _marks(name: str) -> list:
 def test_reference_answer_scores_through_our_path(name, prompt_format, qa_path):
     taskset, entries = _sample(name, qa_path)
     assert entries, f"{name}: no entries"
-    system = system_prompt({"prompt_format": prompt_format})
+    system = system_prompt(declared("dataset", prompt_format=prompt_format))
     failures = []
     for entry in entries:
         assert entry["answer"] is not None, f"{name}: the entry has no reference answer"
@@ -127,7 +130,7 @@ def test_number_spelling_is_not_held_against_a_correct_answer():
     # The extraction writes "0.0" as "0"; codeio compares strings, so the reference's spelling is scored.
     taskset = TaskSet({"codeio": {}})
     entry = {"question": "q", "answer": "0.0", "metadata": json.dumps({"source_dataset": "codeio"})}
-    assert taskset.score(extract_answer("[ANSWER] 0.0").answer, entry) == 1.0
+    assert taskset.score(taskset.extract("[ANSWER] 0.0", "codeio").answer, entry) == 1.0
     assert taskset.score("0.00", entry) == 1.0 and taskset.score("0.1", entry) == 0.0
     # Not a spelling of the same number: the verifier decides (advanced_geometry wants "0.480" as written).
     assert taskset.score("0", {**entry, "answer": "0.5"}) == 0.0
@@ -136,3 +139,19 @@ def test_number_spelling_is_not_held_against_a_correct_answer():
 def test_known_unscorable_names_registered_tasks():
     assert set(KNOWN_UNSCORABLE) <= set(available_tasks())
     assert all(isinstance(r, str) and r.strip() and "\n" not in r for r in KNOWN_UNSCORABLE.values())
+
+
+def test_the_code_tasks_module_loads_only_when_a_code_task_is_used():
+    """A run without code tasks never imports their modules; `python -m tasks` lists them all the same."""
+    script = (
+        "import sys\n"
+        "from tasks import TaskSet, available_tasks\n"
+        "TaskSet({'basic_arithmetic': {}}).sample(2, seed=0)\n"
+        "assert not {'tasks.code', 'tasks.python_functions'} & set(sys.modules)\n"
+        "assert {'humaneval', 'python_functions', 'code_file'} <= set(available_tasks())\n"
+        "TaskSet({'python_functions': {}}).sample(2, seed=0)\n"
+        "assert {'tasks.code', 'tasks.python_functions'} <= set(sys.modules)\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

@@ -1,255 +1,21 @@
-"""The value check: every knob a user can set, its type and range, checked before anything is
-loaded or written. Import-light (no torch, TRL or reasoning-gym), so a mistake costs a second.
-
-Types are exact: no silent coercion of 1.5 to an int, of `maybe` to a bool, or of `abc` to a
-number. GRPOConfig fields outside the table below are type-checked against TRL's own dataclass,
-and TRL's own `__post_init__` rules are applied by building the config (`grpo_recipes.config.trainer_args`).
+"""The config check: every knob's value against its declaration (knobs.py), then the rules that span
+knobs, checked before anything is loaded or written. `check_values` is import-light (no torch, TRL
+or reasoning-gym), so a mistake costs a second. GRPOConfig fields the recipe does not declare are
+type-checked against TRL's own dataclass, and TRL's own rules applied, when the config is built
+(trainer_args.py).
 """
 
 from __future__ import annotations
 
 import difflib
-import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from grpo_common.errors import ConfigError
+from grpo_recipes.config.knobs import CLOSED_SECTIONS, GROUPS, OPEN_GROUPS, SCHEMA
 from grpo_recipes.config.trl_names import MODEL_FIELDS, trl_hint
-
-DTYPE_NAMES = ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
-
-
-@dataclass(frozen=True)
-class Value:
-    """What one key accepts: a kind, an optional range or set of choices, and whether null is allowed."""
-
-    kind: str  # int | float | bool | str | name | path | list | dict | str_or_list | any
-    low: float | None = None  # inclusive
-    high: float | None = None  # inclusive
-    above: float | None = None  # exclusive
-    below: float | None = None  # exclusive
-    choices: tuple | None = None
-    optional: bool = False
-    item: Value | None = None  # lists: what each element accepts
-
-    def describe(self) -> str:
-        if self.choices is not None:
-            text = "one of: " + ", ".join(show(c) for c in self.choices)
-        else:
-            text = {
-                "int": "an integer",
-                "float": "a number",
-                "bool": "true or false",
-                "str": "a string",
-                "name": "a non-empty name without '/' (a directory name)",
-                "path": "a non-empty path",
-                "list": "a list",
-                "dict": "a mapping",
-                "str_or_list": "a string or a list of strings",
-                "any": "any value",
-            }[self.kind]
-            bounds = [
-                f">= {_num(self.low)}" if self.low is not None else "",
-                f"> {_num(self.above)}" if self.above is not None else "",
-                f"<= {_num(self.high)}" if self.high is not None else "",
-                f"< {_num(self.below)}" if self.below is not None else "",
-            ]
-            text += " " + " and ".join(b for b in bounds if b) if any(bounds) else ""
-            if self.item is not None:
-                text += f" of items each {self.item.describe()}"
-        return text + (", or null" if self.optional else "")
-
-    def accepts(self, value: Any) -> bool:
-        if value is None:
-            return self.optional
-        if self.choices is not None:
-            return any(value == c and type(value) is type(c) for c in self.choices)
-        if not _is_kind(value, self.kind):
-            return False
-        if self.kind in ("int", "float"):
-            return (
-                (self.low is None or value >= self.low)
-                and (self.high is None or value <= self.high)
-                and (self.above is None or value > self.above)
-                and (self.below is None or value < self.below)
-            )
-        if self.item is not None:
-            return all(self.item.accepts(v) for v in value)
-        return True
-
-
-def _is_kind(value: Any, kind: str) -> bool:
-    if kind == "int":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind == "float":  # an integer is a number too (`learning_rate=1`); a bool, NaN and inf are not
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if kind == "bool":
-        return isinstance(value, bool)
-    if kind == "str":
-        return isinstance(value, str)
-    if kind == "path":
-        return isinstance(value, str) and bool(value.strip())
-    if kind == "name":
-        return (
-            isinstance(value, str) and value.strip() not in ("", ".", "..") and not {"/", "\\"} & set(value)
-        )
-    if kind == "list":
-        return isinstance(value, (list, tuple))
-    if kind == "dict":
-        return isinstance(value, Mapping)
-    if kind == "str_or_list":
-        return isinstance(value, str) or (
-            isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
-        )
-    return True
-
-
-def _num(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else str(x)
-
-
-def show(value: Any) -> str:
-    """A value as the user would type it on the command line."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, str):
-        return repr(value) if value == "" or value.strip() != value else value
-    return str(value)
-
-
-def Int(low=None, **kw) -> Value:
-    return Value("int", low=low, **kw)
-
-
-def Float(low=None, **kw) -> Value:
-    return Value("float", low=low, **kw)
-
-
-def Choice(*choices, optional=False) -> Value:
-    return Value("any", choices=choices, optional=optional)
-
-
-BOOL, STR, OPT_STR = Value("bool"), Value("str"), Value("str", optional=True)
-COUNT, STEPS = Int(1), Int(0)  # a positive count; a step number or a count that may be zero
-PROB = Float(0, high=1)
-
-# Every key of the closed groups, and the GRPOConfig fields this recipe sets or documents.
-# A key missing from a closed group is an error (with close matches); the grpo group is open to
-# every GRPOConfig field (checked against TRL's dataclass when it is built).
-SCHEMA: dict[str, Value] = {
-    # top-level knobs
-    "max_steps": COUNT,
-    "learning_rate": Float(above=0),
-    "seed": Int(0),
-    "run_name": Value("name"),
-    "output_root": Value("path"),
-    "output_dir": STR,
-    "resume": Choice(True, False, "auto"),
-    "use_vllm": BOOL,
-    "eval_only": BOOL,
-    "report_to": Value("str_or_list"),
-    "log_samples_every": STEPS,
-    "log_samples_count": COUNT,
-    "optimized_metric": STR,
-    # eval
-    "eval.size": COUNT,
-    "eval.seed": Int(0),
-    "eval.every_n_steps": STEPS,
-    "eval.batch_size": COUNT,
-    "eval.max_new_tokens": Int(1, optional=True),
-    "eval.do_sample": BOOL,
-    "eval.temperature": Float(above=0),
-    "eval.print_examples": STEPS,
-    "eval.pass_k.samples": STEPS,
-    "eval.pass_k.temperature": Float(above=0),
-    "eval.pass_k.k": Value("list", item=COUNT),
-    # model
-    "model.name": STR,
-    "model.path": STR,
-    "model.dtype": Choice(*DTYPE_NAMES),
-    "model.attn_implementation": OPT_STR,
-    "model.chat_template": OPT_STR,
-    "model.response_prefix": Value("str", optional=True),
-    "model.lora.enabled": BOOL,
-    "model.lora.r": COUNT,
-    "model.lora.alpha": Float(above=0),
-    "model.lora.dropout": Float(0, below=1),
-    "model.lora.target_modules": Value("str_or_list"),
-    "model.lora.merge_on_save": BOOL,
-    "model.lora.quantize": Choice("4bit", "8bit", optional=True),
-    # dataset (tasks and rewards are checked by their registries)
-    "dataset.name": STR,
-    "dataset.prompt_format": STR,
-    "dataset.system_prompt": OPT_STR,
-    "dataset.few_shot": Value("list", optional=True),
-    "dataset.train_size": COUNT,
-    "dataset.seed": Int(0),
-    "dataset.tasks": Value("dict"),
-    "dataset.rewards": Value("dict"),
-    "dataset.curriculum.enabled": BOOL,
-    "dataset.curriculum.start_level": STEPS,
-    "dataset.curriculum.raise_at": PROB,
-    "dataset.curriculum.lower_at": PROB,
-    "dataset.curriculum.window": COUNT,
-    "dataset.curriculum.eval_per_level": STEPS,
-    # sandbox
-    "sandbox.timeout": Float(above=0),
-    "sandbox.memory_mb": COUNT,
-    "sandbox.max_output_kb": COUNT,
-    "sandbox.max_processes": COUNT,
-    "sandbox.disk_mb": COUNT,
-    "sandbox.workers": Int(1, optional=True),
-    "sandbox.isolation": Choice("full", "basic"),
-    "sandbox.read_paths": Value("list", item=STR),
-    "sandbox.languages": Value("dict"),
-    # GRPOConfig fields: counts, probabilities and coefficients TRL leaves unchecked
-    "grpo.num_generations": Int(2),
-    "grpo.per_device_train_batch_size": COUNT,
-    "grpo.gradient_accumulation_steps": COUNT,
-    "grpo.max_completion_length": COUNT,
-    "grpo.steps_per_generation": Int(1, optional=True),
-    "grpo.generation_batch_size": Int(1, optional=True),
-    "grpo.num_iterations": COUNT,
-    "grpo.temperature": Float(above=0),
-    "grpo.top_p": Float(above=0, high=1),
-    "grpo.top_k": STEPS,
-    "grpo.min_p": Float(0, high=1, optional=True),
-    "grpo.repetition_penalty": Float(above=0),
-    "grpo.beta": Float(0),
-    "grpo.epsilon": Float(0),
-    "grpo.epsilon_high": Float(0, optional=True),
-    "grpo.delta": Float(above=0, optional=True),
-    "grpo.max_grad_norm": Float(0),
-    "grpo.weight_decay": Float(0),
-    "grpo.warmup_steps": Float(0),
-    "grpo.logging_steps": Float(above=0),
-    "grpo.save_steps": Float(above=0),
-    "grpo.save_total_limit": Int(1, optional=True),
-    "grpo.activation_checkpointing": Value("bool", optional=True),
-    "grpo.gradient_checkpointing": Value("bool", optional=True),
-    "grpo.bf16": Value("bool", optional=True),
-    "grpo.fp16": BOOL,
-    "grpo.lr_scheduler_type": STR,
-    "grpo.save_strategy": STR,
-    # choices TRL 1.16 checks only once training has started (GRPOTrainer), minutes into a run
-    "grpo.loss_type": Choice("grpo", "bnpo", "dr_grpo", "dapo", "luspo", "cispo", "sapo", "vespo"),
-    "grpo.scale_rewards": Choice("group", "batch", "none", True, False),
-    "grpo.importance_sampling_level": Choice("token", "sequence"),
-    "grpo.vllm_mode": Choice("server", "colocate"),
-    "grpo.mask_truncated_completions": BOOL,
-    "grpo.fast_paths": Choice("auto", True, False),
-    "grpo.no_signal_warning": STEPS,
-    "grpo.dynamic_sampling": BOOL,
-    "grpo.dynamic_sampling_max_draws": COUNT,
-    "grpo.vllm_gpu_memory_utilization": Float(above=0, high=1),
-}
-# Groups whose every key is in SCHEMA (and required); "" is the top level. grpo is open to TRL's fields.
-CLOSED_GROUPS = ("", "dataset", "dataset.curriculum", "eval", "eval.pass_k", "model", "model.lora", "sandbox")
-GROUPS = ("dataset", "eval", "grpo", "model", "sandbox")
+from grpo_recipes.config.values import Float, show
 
 
 def check_values(cfg: Mapping[str, Any], world_size: int | None = None) -> None:
@@ -260,12 +26,12 @@ def check_values(cfg: Mapping[str, Any], world_size: int | None = None) -> None:
             raise ConfigError(f"{key}: missing; expected {spec.describe()}")
         if found and not spec.accepts(value):
             raise ConfigError(f"{key}={show(value)}: expected {spec.describe()}")
-    for group in CLOSED_GROUPS:
+    for group in CLOSED_SECTIONS:
         found, section = _lookup(cfg, group) if group else (True, cfg)
         if found and isinstance(section, Mapping):
             prefix = f"{group}." if group else ""
             known = {k[len(prefix) :].split(".")[0] for k in SCHEMA if k.startswith(prefix)} | (
-                set() if group else set(GROUPS)
+                set() if group else {*GROUPS, *OPEN_GROUPS} - {""}
             )
             for key in section:
                 if key not in known:
@@ -308,7 +74,7 @@ def check_optimized_metric(cfg: Mapping[str, Any]) -> None:
 def check_config(cfg: Mapping[str, Any], world_size: int | None = None) -> None:
     """The whole check before anything is loaded or written: values first (import-light), then what the
     registries know: tasks and their config keys, rewards and their options, the prompt format, the
-    sandbox settings and a local model path. (TRL's own rules: config.check_grpo_config, in the job.)"""
+    sandbox settings and a local model path. (TRL's own rules: trainer_args.check_trainer_config.)"""
     check_values(cfg, world_size)
     from grpo_recipes.models.loading import check_model_path
     from grpo_recipes.train.data import few_shot, system_prompt

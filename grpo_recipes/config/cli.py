@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from grpo_recipes.config.checks import SCHEMA
+from grpo_recipes.config.knobs import GROUPS, OPEN_GROUPS, SCHEMA
 from grpo_recipes.config.trl_names import MODEL_FIELDS, QUANTIZE_FLAGS, grpo_field_names
 
 # Open mappings: any GRPOConfig field, any task, any reward may be named on the command line,
@@ -30,7 +30,9 @@ def rewrite_argv(argv: list[str], config_dir: Path) -> list[str]:
     models = ModelOptions(config_dir / "model")
     loggers = {p.stem for p in (config_dir / "logger").glob("*.yaml")}
     ours = (
-        {k for k in SCHEMA if "." not in k} | {p.name for p in config_dir.iterdir() if p.is_dir()} | {"hydra"}
+        {k for k in SCHEMA if "." not in k}
+        | {p.name for p in config_dir.iterdir() if p.is_dir()}
+        | {*GROUPS, *OPEN_GROUPS, "hydra"}
     )
     # Hydra's argparse rejects overrides on both sides of -m; accept it anywhere.
     flags = [a for a in argv[1:] if a in ("-m", "--multirun")]
@@ -65,7 +67,7 @@ class ModelOptions:
         self.by_path = {}
         for p in sorted(model_dir.glob("*.yaml")):
             data = yaml.safe_load(p.read_text()) or {}
-            path = (data.get("model") or {}).get("path") if "model" in data else data.get("path")
+            path = (data.get("model") or {}).get("path")  # presets are `# @package _global_`
             if isinstance(path, str) and "/" in path:
                 self.by_path[path] = p.stem
 

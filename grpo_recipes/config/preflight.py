@@ -25,20 +25,8 @@ from grpo_recipes.config.checks import check_config, check_values, unknown_key_m
 
 # Hydra's own informational flags: they run no job, so nothing is checked.
 INFO_FLAGS = (
-    "--cfg",
-    "-c",
-    "--help",
-    "-h",
-    "--hydra-help",
-    "--info",
-    "-i",
-    "--shell-completion",
-    "-sc",
-    "--version",
-    "--resolve",
-    "--package",
-    "-p",
-    "--experimental-rerun",
+    *("--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc"),
+    *("--version", "--resolve", "--package", "-p", "--experimental-rerun"),
 )
 MAX_JOBS_PLANNED = 512  # a bigger sweep is checked one swept value at a time
 
@@ -122,6 +110,9 @@ def compose(
     from omegaconf import OmegaConf, open_dict
     from omegaconf.errors import OmegaConfBaseException
 
+    from grpo_recipes.config.knobs import register
+
+    register()  # the declared defaults (train_grpo.py registers them too; tests call this directly)
     search = (
         [f"hydra.searchpath=[{','.join('file://' + d for d in line.search_dirs)}]"]
         if line.search_dirs
@@ -287,22 +278,12 @@ def _resume(argv: list[str], config_dir: Path, line: CommandLine, run_dir: Path,
         resume.check_finished(run_dir, now["max_steps"])
         print(resume.finished_message(run_dir))
         sys.exit(0)
-    before = _read_config(run_dir) or (compose(config_dir, line, saved)[0] if saved is not None else now)
+    before = resume.saved_config(run_dir) or (
+        compose(config_dir, line, saved)[0] if saved is not None else now
+    )
     resume.check_changes(run_dir, before, now)
     resume.check_resume_point(run_dir, now["max_steps"])
     return argv[:1] + line.flags + overrides, [(now, run_dir)]
-
-
-def _read_config(run_dir: Path) -> dict[str, Any] | None:
-    """The run's resolved config as written when it started (config.yaml)."""
-    from omegaconf import OmegaConf
-
-    path = run_dir / "config.yaml"
-    if not path.is_file():
-        return None
-    cfg = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
-    cfg["output_dir"] = str(run_dir)
-    return cfg
 
 
 def check_command_line(argv: list[str], config_dir: Path) -> list[str]:

@@ -9,9 +9,10 @@
 
 A resume continues exactly what the run was: its own saved overrides (overrides.yaml, first entry)
 are composed again, so the command printed at a stop works as printed. Overrides given at resume
-may change only what does not change what is learned (MUTABLE: max_steps, eval sizes, logging,
-saving); they are recorded as a new entry of overrides.yaml, never over the first. A finished run
-(train_results.json) is never trained or rewritten: resuming it says so and changes nothing.
+may change only what does not change what is learned (the knobs declared `resume=True` in knobs.py:
+max_steps, eval sizes, logging, saving); they are recorded as a new entry of overrides.yaml, never
+over the first. A finished run (train_results.json) is never trained or rewritten: resuming it says
+so and changes nothing.
 
 Import-light: the command-line check (preflight.py) plans a run before Hydra creates anything.
 """
@@ -25,40 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from grpo_common.errors import ConfigError
+from grpo_recipes.config.knobs import may_change_on_resume
 
-# Keys a resume may change (a key, or a prefix ending in '.'); everything else defines the run.
-MUTABLE = (
-    "max_steps",
-    "resume",
-    "report_to",
-    "log_samples_every",
-    "log_samples_count",
-    "optimized_metric",
-    "eval.",
-    "grpo.logging_",
-    "grpo.project",  # the trackers' settings (logger=trackio)
-    "grpo.trackio_",
-    "grpo.save_",
-    "grpo.disable_tqdm",
-    "grpo.log_completions",
-    "grpo.num_completions_to_print",
-    "sandbox.workers",
-    "grpo.fast_paths",
-    "grpo.no_signal_warning",
-    "grpo.activation_checkpointing",
-    "grpo.gradient_checkpointing",
-    "model.attn_implementation",
-)
-IMMUTABLE = ("eval.seed",)  # the fixed eval set stays the same for the whole run
 # Where the run lives: the plan has already found the directory, however it was spelled.
 IDENTITY = ("output_dir", "output_root", "run_name")
 RUN_FILES = ("config.yaml", "metrics.jsonl", "train_results.json")
-
-
-def is_mutable(key: str) -> bool:
-    if key in IMMUTABLE:
-        return False
-    return any(key == m or (m.endswith(".") and key.startswith(m)) for m in MUTABLE)
 
 
 def holds_run(run_dir: Path) -> bool:
@@ -158,7 +130,7 @@ _MISSING = object()
 def check_changes(run_dir: Path, saved: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
     """The keys a resume changes; a ConfigError naming those that would change what the run learns."""
     changed = changed_keys(saved, now)
-    refused = [k for k in changed if not is_mutable(k)]
+    refused = [k for k in changed if not may_change_on_resume(k)]
     if refused:
         shown = ", ".join(_change(saved, now, k) for k in refused[:6])
         more = f" and {len(refused) - 6} more" if len(refused) > 6 else ""
@@ -263,3 +235,13 @@ def record_overrides(run_dir: Path, overrides: list[str], resumed: bool) -> None
     tmp = run_dir / ".overrides.yaml.tmp"
     OmegaConf.save(OmegaConf.create(entries), tmp)
     tmp.replace(run_dir / "overrides.yaml")
+
+
+def saved_config(run_dir: Path) -> dict[str, Any] | None:
+    """The run's resolved config as written when it started (config.yaml), None before it has one."""
+    from omegaconf import OmegaConf
+
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        return None
+    return {**OmegaConf.to_container(OmegaConf.load(path), resolve=False), "output_dir": str(run_dir)}

@@ -2,8 +2,8 @@
 check of them.
 
 - The `grpo` group holds GRPOConfig fields; every field is reachable, an unknown key is an
-  error naming the key (field names change between TRL versions). Recipe-only switches
-  (RECIPE_KEYS) are read by the recipe and never reach TRL.
+  error naming the key (field names change between TRL versions). The recipe's own knobs
+  (knobs.RecipeGRPOFields) extend GRPOConfig, as open-r1 extends it: `RecipeGRPOConfig`.
 - Common knobs live at the top level (`max_steps=100`) and are copied in here.
 - The hardware (hardware.py) decides precision: GPU -> bf16 where supported; CPU -> use_cpu, with
   bf16 autocast where the CPU computes bf16 natively, fp32 otherwise. A setting that cannot work
@@ -14,37 +14,47 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import re
 from typing import Any
 
 from grpo_common.errors import ConfigError
-from grpo_recipes.config.checks import SCHEMA, check_batch, show
+from grpo_recipes.config.checks import check_batch
+from grpo_recipes.config.knobs import SCHEMA, RecipeGRPOFields
+from grpo_recipes.config.values import show
 from grpo_recipes.models.hardware import Hardware, apply_hardware, detect_hardware
 
 # Top-level knobs that are GRPOConfig fields: `python train_grpo.py max_steps=100`.
 COMMON_KNOBS = ("max_steps", "learning_rate", "seed", "run_name", "output_dir", "report_to")
 SWITCHES = ("use_vllm",)
-# Keys of the grpo group read by the recipe, not by TRL (fast_paths.py, no_signal.py, dynamic_sampling.py).
-RECIPE_KEYS = ("fast_paths", "no_signal_warning", "dynamic_sampling", "dynamic_sampling_max_draws")
 
 
-def grpo_field_names() -> set[str]:
+@functools.cache
+def recipe_grpo_config_class() -> type:
+    """TRL's GRPOConfig with the recipe's own knobs as fields (imported on first use: TRL is heavy)."""
     from trl import GRPOConfig
 
-    return {f.name for f in dataclasses.fields(GRPOConfig) if f.init}
+    cls = type("RecipeGRPOConfig", (GRPOConfig, RecipeGRPOFields), {"__module__": __name__})
+    return dataclasses.dataclass(cls)
+
+
+def __getattr__(name: str):  # `trainer_args.RecipeGRPOConfig`: how pickle finds it (training_args.bin)
+    if name == "RecipeGRPOConfig":
+        return recipe_grpo_config_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def build_grpo_kwargs(
     cfg: dict[str, Any], hw: Hardware, reward_weights: list[float] | None = None
 ) -> dict[str, Any]:
-    grpo = {k: v for k, v in (cfg.get("grpo") or {}).items() if k not in RECIPE_KEYS}
+    grpo = dict(cfg.get("grpo") or {})
     for knob in COMMON_KNOBS:
         if knob in grpo:
             raise ConfigError(
                 f"grpo.{knob} is a top-level knob here: set `{knob}=...` instead of `grpo.{knob}=...`"
             )
         grpo[knob] = cfg[knob]
-    fields = grpo_field_names()
+    fields = {f.name for f in dataclasses.fields(recipe_grpo_config_class()) if f.init}
     for key in grpo:
         if key not in fields:
             close = difflib.get_close_matches(key, sorted(fields), n=3, cutoff=0.6)
@@ -89,22 +99,33 @@ def build_grpo_config(grpo: dict[str, Any]):
     rules (its __post_init__) as one ConfigError naming the key."""
     import typing
 
-    from trl import GRPOConfig
-
-    hints = typing.get_type_hints(GRPOConfig)
-    for key, value in grpo.items():  # the keys in checks.SCHEMA are checked there, by the recipe's rules
+    config_class = recipe_grpo_config_class()
+    hints = typing.get_type_hints(config_class)
+    for key, value in grpo.items():  # the declared keys are checked by their declaration (checks.py)
         if f"grpo.{key}" not in SCHEMA and key in hints and not _matches(value, hints[key]):
             raise ConfigError(
                 f"grpo.{key}={show(value)}: expected {_type_name(hints[key])} (GRPOConfig's type)"
             )
+    supported = supported_values(config_class, "loss_type")  # TRL checks it only once training starts
+    if supported and grpo.get("loss_type", supported[0]) not in supported:
+        raise ConfigError(
+            f"grpo.loss_type={show(grpo['loss_type'])}: expected one of: {', '.join(supported)}"
+        )
     if grpo.get("activation_checkpointing") is None:  # TRL would read None as its own default, on
         raise ValueError(
             "activation_checkpointing must be resolved first (hardware.resolve_activation_checkpointing)"
         )
     try:
-        return GRPOConfig(**grpo)
+        return config_class(**grpo)
     except (ValueError, TypeError) as err:
         raise ConfigError(name_the_key(str(err), grpo)) from None
+
+
+def supported_values(config_class: type, name: str) -> list[str]:
+    """The values TRL's help for field `name` lists ("Supported values are 'a', 'b', and 'c'."), or []."""
+    help_text = next(f for f in dataclasses.fields(config_class) if f.name == name).metadata.get("help", "")
+    match = re.search(r"Supported values are (.*?)\.\s", help_text)
+    return re.findall(r"'([^']+)'", match.group(1)) if match else []
 
 
 def name_the_key(message: str, grpo: dict[str, Any]) -> str:

@@ -1,1 +1,1 @@
-"""The fixed evaluation and how it generates."""
+"""The fixed evaluation (evaluator.py), when training runs it (callback.py), and how it generates."""

@@ -1,12 +1,11 @@
-"""The fixed evaluation: the same problems, generated greedily in batches, at step 0 (before any
-update), every `eval.every_n_steps` steps and at the end of training; also standalone
-(`eval_only=true`) on any checkpoint or the base model, with the same problems and JSON.
+"""The fixed evaluation: the same problems, generated greedily in batches, during training (when:
+callback.py) and standalone (`eval_only=true`) on any checkpoint or the base model, with the same
+problems and JSON.
 
-Writes `eval_results/eval_step_<N>.json` (metrics + every example) and sends the metrics as
-`eval_<name>` through the trainer's callbacks, which every tracker shows as `eval/<name>`.
+Writes `eval_results/eval_step_<N>.json` (metrics + every example) and returns the metrics.
 Optionally draws `pass_k.samples` sampled completions per problem for unbiased pass@k. `reward` is the
 run's weighted training reward on the greedy completions: the recipe's own objective on the fixed set.
-Rows marked `eval_level` (dataset.curriculum.eval_per_level) are scored greedily beside it and reported
+Rows marked `eval_level` (the curriculum's per-level problems) are scored greedily beside it and reported
 only as `level/<task>/<level>/accuracy`: the headline metrics are the fixed set's alone.
 Every rank generates its shard (ZeRO-3 gathers weights collectively); rank 0 writes.
 """
@@ -22,8 +21,6 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
-
-from transformers import TrainerCallback
 
 from grpo_common.formats import get_format, reader
 
@@ -50,9 +47,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
-def summarize(
-    examples: list[dict[str, Any]], ks: list[int] = (), prompt_format: str = "plain"
-) -> dict[str, float]:
+def summarize(examples: list[dict[str, Any]], prompt_format: str, ks: list[int] = ()) -> dict[str, float]:
     """Overall and per-task accuracy (greedy, score >= 1), mean score, format compliance, length,
     extraction-rule shares (the rules of the formats that read this prompt format's completions), and
     pass@k for each k when examples carry sampled counts."""
@@ -70,15 +65,9 @@ def summarize(
         }
         if rows and all("reward" in r for r in rows):
             out[f"{prefix}reward"] = sum(r["reward"] for r in rows) / n
-        out.update({f"{prefix}rule/{rule}": rules.get(rule, 0) / n for rule in answers.rules})
         # code tasks: where the program was found (shown only when a code task is in the eval)
-        out.update(
-            {
-                f"{prefix}rule/{rule}": rules[rule] / n
-                for rule in programs.rules
-                if rule in rules and rule not in answers.rules
-            }
-        )
+        code = [rule for rule in programs.rules if rule in rules and rule not in answers.rules]
+        out.update({f"{prefix}rule/{rule}": rules[rule] / n for rule in [*answers.rules, *code]})
         for k in ks:
             out[f"{prefix}pass@{k}"] = (
                 sum(pass_at_k(r["num_samples"], r["samples_correct"], k) for r in rows) / n
@@ -87,10 +76,10 @@ def summarize(
 
     fixed = [r for r in examples if r.get("eval_level") is None]
     by_task, by_level = defaultdict(list), defaultdict(list)
-    for r in fixed:
-        by_task[r["task"]].append(r)
     for r in examples:
-        if r.get("eval_level") is not None:
+        if r.get("eval_level") is None:
+            by_task[r["task"]].append(r)
+        else:
             by_level[(r["task"], r["eval_level"])].append(r)
     metrics = {"num_examples": len(fixed), **block(fixed, "")}
     for task, rows in sorted(by_task.items()):
@@ -118,23 +107,23 @@ class FixedEvaluator:
         taskset,
         tokenizer,
         prompt_format: str,
+        *,
         max_new_tokens: int,
-        batch_size: int = 64,
-        do_sample: bool = False,
-        temperature: float = 1.0,
-        pass_k: dict | None = None,
-        print_examples: int = 0,
+        batch_size: int,
+        do_sample: bool,
+        temperature: float,
+        pass_k: dict[str, Any],
+        print_examples: int,
         response_prefix: str = "",
         rewards: Sequence[tuple[Callable, float]] = (),
     ):
         self.rows, self.taskset, self.tokenizer = rows, taskset, tokenizer
         self.prompt_format, self.max_new_tokens, self.batch_size = prompt_format, max_new_tokens, batch_size
         self.format = get_format(prompt_format)
-        self.do_sample, self.temperature = do_sample, temperature
-        pass_k = pass_k or {}
-        self.num_samples = int(pass_k.get("samples") or 0)
-        self.sample_temperature = float(pass_k.get("temperature", 1.0))
-        self.ks = [k for k in (pass_k.get("k") or []) if k <= self.num_samples] if self.num_samples else []
+        self.greedy_temperature = temperature if do_sample else None  # None: greedy
+        # eval.pass_k: `samples` sampled completions per problem (0: none), pass@k for each k <= samples
+        self.num_samples, self.sample_temperature = int(pass_k["samples"]), float(pass_k["temperature"])
+        self.ks = [k for k in pass_k["k"] if k <= self.num_samples]
         self.print_examples = print_examples
         self.response_prefix = response_prefix  # pre-filled by the chat template: part of the reply
         # The run's training rewards and weights: `reward` is what training would pay the greedy completion
@@ -158,10 +147,7 @@ class FixedEvaluator:
             else model
         )
         n = self.num_samples if sampled else 1
-        if sampled:
-            temperature = self.sample_temperature
-        else:
-            temperature = self.temperature if self.do_sample else None
+        temperature = self.sample_temperature if sampled else self.greedy_temperature
         prompts = [self.texts[i] for i in indices]
         completions = generator.generate(prompts, n, temperature, self.max_new_tokens)
         eos_ids = generator.eos_token_ids
@@ -169,11 +155,11 @@ class FixedEvaluator:
         return decoded if sampled else [group[0] for group in decoded]
 
     def _decode(self, ids: list[int], eos_ids: set[int]) -> tuple[str, int, bool]:
-        tok = self.tokenizer
         length = next((j + 1 for j, t in enumerate(ids) if t in eos_ids), None)
         truncated = length is None
         length = len(ids) if truncated else length
-        return self.response_prefix + tok.decode(ids[:length], skip_special_tokens=True), length, truncated
+        text = self.tokenizer.decode(ids[:length], skip_special_tokens=True)
+        return self.response_prefix + text, length, truncated
 
     def score(
         self, index: int, completion: str, length: int, truncated: bool, samples=None
@@ -257,21 +243,15 @@ class FixedEvaluator:
             else [None] * len(fixed_shard)
         ) + [None] * len(level_shard)
         local = self.score_batch(fixed_shard + level_shard, greedy, sampled)
-        examples = gather_object(local) if accelerator.num_processes > 1 else local
+        examples = gather_object(local) if world > 1 else local
         examples = sorted({e["index"]: e for e in examples}.values(), key=lambda e: e["index"])
-        metrics = summarize(examples, self.ks, self.prompt_format)
+        metrics = summarize(examples, self.prompt_format, self.ks)
         metrics["seconds"] = round(time.time() - start, 2)
         if main and out_dir is not None:
             # `verifiers`: what each task's score means, the same verifier (and test suite) as training's
-            write_json_atomic(
-                out_dir / f"eval_step_{step}.json",
-                {
-                    "step": step,
-                    "metrics": metrics,
-                    "verifiers": self.taskset.verifiers(),
-                    "examples": examples,
-                },
-            )
+            verifiers = self.taskset.verifiers()
+            result = {"step": step, "metrics": metrics, "verifiers": verifiers, "examples": examples}
+            write_json_atomic(out_dir / f"eval_step_{step}.json", result)
         if main:
             self.report(step, metrics, examples)
         return metrics, examples
@@ -309,84 +289,3 @@ class FixedEvaluator:
                 mark,
                 e["score"],
             )
-
-
-class FixedEvalCallback(TrainerCallback):
-    """Runs the FixedEvaluator at step 0, every N steps and at the end of training.
-
-    It gets what it needs from its constructor (the accelerator, a function that sends `eval_` logs
-    to every tracker, when to skip the final eval) and the model from the callback arguments; it does
-    not hold the trainer."""
-
-    def __init__(
-        self,
-        evaluator: FixedEvaluator,
-        output_dir: str | Path,
-        every_n_steps: int,
-        accelerator,
-        send_logs: Callable[[dict[str, float], Any], None],
-        skip_final_eval: Callable[[], bool] = lambda: False,
-        vllm_generator: Callable[[Any], Any] | None = None,
-    ):
-        self.evaluator = evaluator
-        # use_vllm: model -> a generator on the trainer's vLLM engine (generation.VLLMGenerator); else HF
-        self.vllm_generator = vllm_generator
-        self.dir = Path(output_dir) / "eval_results"
-        self.every = int(every_n_steps or 0)
-        self.accelerator = accelerator
-        self.send_logs = send_logs
-        self.skip_final_eval = skip_final_eval  # e.g. a stop on a signal: the resumed run evaluates instead
-        self.history: dict[int, dict[str, float]] = {}
-
-    def on_train_begin(self, args, state, control, model=None, **kwargs):
-        # A resumed run keeps its earlier evals (read back for the summary) and runs none twice.
-        for path in self.dir.glob("eval_step_*.json"):
-            step = int(path.stem.rsplit("_", 1)[1])
-            if step <= state.global_step:
-                self.history[step] = json.loads(path.read_text())["metrics"]
-        if state.global_step == 0 and 0 not in self.history:
-            self.evaluate(model, state, args)
-
-    def on_step_end(self, args, state, control, model=None, **kwargs):
-        # The last step is evaluated here, before the trackers' own on_train_end closes them.
-        last = state.max_steps and state.global_step >= state.max_steps
-        if (self.every and state.global_step % self.every == 0) or last:
-            self.evaluate(model, state, args)
-
-    def on_train_end(self, args, state, control, model=None, **kwargs):
-        if state.global_step not in self.history and not self.skip_final_eval():  # stopped early
-            self.evaluate(model, state, args)
-
-    def evaluate(self, model, state, args) -> dict[str, float]:
-        from trl.models import unwrap_model_for_generation
-
-        # Under DeepSpeed the engine gathers ZeRO-3 shards for generation; elsewhere the model itself.
-        engine = getattr(self.accelerator, "deepspeed_engine_wrapped", None)
-        wrapped = engine.engine if engine is not None else model
-        was_training = model.training
-        model.eval()
-        try:
-            if self.vllm_generator is not None:  # vLLM holds its own copy of the weights: no gather here
-                metrics, _ = self.evaluator.run(
-                    self.vllm_generator(model), self.accelerator, state.global_step, self.dir
-                )
-            else:
-                with (
-                    # as GRPOTrainer generates: the user's ZeRO-3 and checkpointing settings
-                    unwrap_model_for_generation(
-                        wrapped,
-                        self.accelerator,
-                        gather_deepspeed3_params=args.ds3_gather_for_generation,
-                        gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs,
-                    ) as unwrapped
-                ):
-                    metrics, _ = self.evaluator.run(unwrapped, self.accelerator, state.global_step, self.dir)
-        finally:
-            model.train(was_training)
-        return self._record(metrics, state)
-
-    def _record(self, metrics: dict[str, float], state) -> dict[str, float]:
-        self.history[state.global_step] = metrics
-        # `eval_` names: trackers and metrics.jsonl show them as eval/<name>
-        self.send_logs({f"eval_{k}": v for k, v in metrics.items()}, state)
-        return metrics

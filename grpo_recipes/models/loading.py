@@ -131,11 +131,11 @@ def load_model_and_tokenizer(model_cfg: dict[str, Any], on_gpu: bool, seed: int 
 
     path = model_cfg["path"]
     check_model_path(path)
-    dtype = torch_dtype(model_cfg.get("dtype", "auto"), on_gpu)
-    quantization = quantization_config(model_cfg.get("lora"), on_gpu)
+    dtype = torch_dtype(model_cfg["dtype"], on_gpu)
+    quantization = quantization_config(model_cfg["lora"], on_gpu)
     local = str(ensure_tiny(seed)) if path == TINY else resolve_model_path(path)
     kwargs = {"dtype": dtype}
-    if model_cfg.get("attn_implementation"):
+    if model_cfg["attn_implementation"]:
         kwargs["attn_implementation"] = model_cfg["attn_implementation"]
     if quantization is not None:
         kwargs["quantization_config"] = quantization
@@ -151,7 +151,7 @@ def load_model_and_tokenizer(model_cfg: dict[str, Any], on_gpu: bool, seed: int 
             f"model.path '{path}' could not be loaded: not a local model directory, and not a hub id "
             f"available offline ({first_line(err)})"
         ) from None
-    if model_cfg.get("chat_template"):
+    if model_cfg["chat_template"]:
         from grpo_common.templates import load_chat_template
 
         tokenizer.chat_template = load_chat_template(model_cfg["chat_template"])

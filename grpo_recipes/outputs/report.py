@@ -5,6 +5,7 @@ Written at the end of every run, and on demand for any run directory (finished o
     python -m grpo_recipes.outputs.report outputs/<run_name> [more run dirs]
 
 Reads only what the run wrote: metrics.jsonl, eval_results/*.json, train_results.json, config.yaml.
+The plots are drawn by plots.py.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_common.formats import rule_names
+from grpo_recipes.outputs.plots import make_plots, series
 
 EVAL_METRICS = [
     ("accuracy", "accuracy", "{:.1%}"),
@@ -55,7 +57,7 @@ def load_run(run_dir: Path) -> dict[str, Any]:
 
 
 def fixed_examples(ev: dict[str, Any]) -> list[dict]:
-    """An eval's fixed-set examples (not dataset.curriculum.eval_per_level's per-level problems)."""
+    """An eval's fixed-set examples (not the curriculum's per-level problems)."""
     return [e for e in ev["examples"] if e.get("eval_level") is None]
 
 
@@ -64,7 +66,7 @@ def tasks_of(evals: dict[int, dict]) -> list[str]:
 
 
 def level_table(evals: dict[int, dict]) -> list[str]:
-    """dataset.curriculum.eval_per_level: accuracy per task and level, first eval -> last (no rows: [])."""
+    """The curriculum's per-level evals: accuracy per task and level, first eval -> last (no rows: [])."""
     first, last = min(evals), max(evals)
     m0, m1 = evals[first]["metrics"], evals[last]["metrics"]
     keys = [k for k in m1 if k.startswith("level/")]
@@ -83,199 +85,6 @@ def level_table(evals: dict[int, dict]) -> list[str]:
         before = f"{m0[key]:.1%} -> " if key in m0 and first != last else ""
         out.append(f"| {task} | {level} | {before}{m1[key]:.1%} |")
     return out + [""]
-
-
-def _smooth(values: list[float]) -> list[float]:
-    window = max(1, len(values) // 10)
-    out = []
-    for i in range(len(values)):
-        chunk = [v for v in values[max(0, i - window + 1) : i + 1] if v is not None]
-        out.append(sum(chunk) / len(chunk) if chunk else None)
-    return out
-
-
-def _series(train: list[dict], key: str) -> tuple[list[int], list[float]]:
-    pts = [(r["step"], r[key]) for r in train if isinstance(r.get(key), (int, float))]
-    return [p[0] for p in pts], [p[1] for p in pts]
-
-
-def _plot_train(ax, train, key, label, color=None, raw=True):
-    steps, values = _series(train, key)
-    if not steps:
-        return False
-    if raw and len(steps) > 1:
-        ax.plot(steps, values, color=color, alpha=0.25, linewidth=1)
-    ax.plot(steps, _smooth(values), color=color, linewidth=2, label=label)
-    return True
-
-
-def make_plots(run_dir: Path, run: dict[str, Any]) -> list[tuple[str, str]]:
-    """(title, file name) of each plot written."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    train, evals = run["train"], run["evals"]
-    tasks = tasks_of(evals)
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    plots = []
-
-    def save(fig, name, title):
-        fig.tight_layout()
-        fig.savefig(run_dir / name, dpi=110)
-        plt.close(fig)
-        plots.append((title, name))
-
-    # 1. accuracy: the fixed eval per task (markers) and the train accuracy per task (smoothed)
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    for i, task in enumerate(tasks):
-        c = colors[i % len(colors)]
-        steps = list(evals)
-        ax.plot(
-            steps,
-            [evals[s]["metrics"].get(f"{task}/accuracy") for s in steps],
-            "o-",
-            color=c,
-            linewidth=2,
-            markersize=7,
-            label=f"{task}: fixed eval (greedy)",
-        )
-        _plot_train(
-            ax, train, f"train/accuracy/{task}", f"{task}: train samples (smoothed)", color=c, raw=False
-        )
-        if ax.lines:
-            ax.lines[-1].set_linestyle("--")
-    if len(tasks) > 1:
-        steps = list(evals)
-        ax.plot(
-            steps,
-            [evals[s]["metrics"]["accuracy"] for s in steps],
-            "s-",
-            color="black",
-            linewidth=2.5,
-            label="all tasks: fixed eval",
-        )
-    ax.set(
-        xlabel="training step", ylabel="accuracy (score >= 1)", ylim=(-0.02, 1.02), title="Accuracy per task"
-    )
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
-    save(fig, "accuracy.png", "Accuracy per task")
-
-    if train:
-        # 2. reward: total and per reward function, plus how many groups carry a learning signal
-        fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
-        _plot_train(ax1, train, "train/reward", "total reward (weighted sum)", color="black")
-        names = sorted(
-            {
-                k.split("/")[2]
-                for r in train
-                for k in r
-                if k.startswith("train/rewards/") and k.endswith("/mean")
-            }
-        )
-        for i, name in enumerate(names):
-            _plot_train(
-                ax1, train, f"train/rewards/{name}/mean", name, color=colors[i % len(colors)], raw=False
-            )
-        ax1.set(ylabel="reward", title="Train reward (faint: per step, bold: moving average)")
-        ax1.grid(alpha=0.3)
-        ax1.legend(fontsize=8)
-        has = _plot_train(
-            ax2, train, "train/groups/reward_varied", "groups whose rewards differ", color=colors[0]
-        )
-        has |= _plot_train(
-            ax2, train, "train/groups/answer_varied", "groups whose answers differ", color=colors[1]
-        )
-        if not has:
-            _plot_train(
-                ax2, train, "train/frac_reward_zero_std", "groups with equal rewards", color=colors[0]
-            )
-        ax2.set(xlabel="training step", ylabel="share of prompt groups", ylim=(-0.02, 1.02))
-        ax2.grid(alpha=0.3)
-        ax2.legend(fontsize=8)
-        save(fig, "reward.png", "Reward and group variance")
-
-        # 2b. dataset.curriculum: each task's difficulty level (the fixed eval above stays at the target)
-        leveled = sorted(
-            {
-                k.split("/")[2]
-                for r in train
-                for k in r
-                if k.startswith("train/curriculum/") and k.endswith("/level")
-            }
-        )
-        if leveled:
-            fig, ax = plt.subplots(figsize=(8, 3.5))
-            for i, task in enumerate(leveled):
-                steps, levels = _series(train, f"train/curriculum/{task}/level")
-                ax.plot(
-                    steps,
-                    levels,
-                    drawstyle="steps-post",
-                    color=colors[i % len(colors)],
-                    linewidth=2,
-                    label=task,
-                )
-            ax.set(xlabel="training step", ylabel="level (0: easiest)", title="Curriculum level per task")
-            ax.yaxis.get_major_locator().set_params(integer=True)
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=8)
-            save(fig, "curriculum.png", "Curriculum level per task")
-
-        # 3. completion length and format compliance
-        fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
-        _plot_train(ax1, train, "train/completions/mean_length", "train samples", color=colors[0])
-        steps = list(evals)
-        ax1.plot(
-            steps,
-            [evals[s]["metrics"]["mean_length"] for s in steps],
-            "o-",
-            color=colors[1],
-            linewidth=2,
-            label="fixed eval (greedy)",
-        )
-        ax1.set(ylabel="tokens", title="Completion length")
-        ax1.grid(alpha=0.3)
-        ax1.legend(fontsize=8)
-        ax2.plot(
-            steps,
-            [evals[s]["metrics"]["format"] for s in steps],
-            "o-",
-            color=colors[2],
-            linewidth=2,
-            label="fixed eval: format compliance",
-        )
-        _plot_train(
-            ax2, train, "train/completions/clipped_ratio", "train: cut off at max length", color=colors[3]
-        )
-        ax2.set(
-            xlabel="training step",
-            ylabel="share",
-            ylim=(-0.02, 1.02),
-            title="Format compliance and truncation",
-        )
-        ax2.grid(alpha=0.3)
-        ax2.legend(fontsize=8)
-        save(fig, "length_format.png", "Completion length and format compliance")
-
-        # 4. entropy and KL to the reference (KL only when beta > 0)
-        has_kl = any(isinstance(r.get("train/kl"), (int, float)) for r in train)
-        fig, axes = plt.subplots(
-            2 if has_kl else 1, 1, figsize=(8, 6 if has_kl else 3.5), sharex=True, squeeze=False
-        )
-        _plot_train(axes[0][0], train, "train/entropy", "entropy", color=colors[4])
-        axes[0][0].set(ylabel="nats per token", title="Policy entropy")
-        if has_kl:
-            _plot_train(axes[1][0], train, "train/kl", "KL to reference", color=colors[5])
-            axes[1][0].set(ylabel="KL", title="KL to the reference model")
-        for (ax,) in axes:
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=8)
-        axes[-1][0].set(xlabel="training step")
-        save(fig, "entropy_kl.png", "Entropy and KL")
-    return plots
 
 
 def _table(evals: dict[int, dict], tasks: list[str]) -> list[str]:
@@ -377,7 +186,7 @@ def curriculum_levels(train: list[dict]) -> dict[str, tuple[float, float]]:
     for key in sorted(
         {k for r in train for k in r if k.startswith("train/curriculum/") and k.endswith("/level")}
     ):
-        _, values = _series(train, key)
+        _, values = series(train, key)
         out[key.split("/")[2]] = (values[0], values[-1])
     return out
 
@@ -456,7 +265,7 @@ def write_report(run_dir: str | Path) -> Path:
             if verifiers
             else []
         )
-        plots = make_plots(run_dir, run)
+        plots = make_plots(run_dir, run, tasks)
         lines += ["## Curves", ""] + [f"### {title}\n\n![{title}]({name})\n" for title, name in plots]
         lines += ["## Examples", ""] + _examples(evals)
     lines += _samples(run_dir)

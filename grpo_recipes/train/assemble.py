@@ -49,17 +49,17 @@ def assemble(cfg: dict[str, Any], plan: RunPlan) -> Setup:
     from grpo_recipes.train.curriculum import build_curriculum_datasets
     from grpo_recipes.train.data import build_datasets
     from rewards import RewardContext, build_rewards
-    from tasks.code import is_code_task
+    from tasks.registry import is_code_task
 
     hw = detect_hardware()
     check_engine(hw.gpu)
     model, tokenizer = load_model_and_tokenizer(cfg["model"], on_gpu=hw.gpu, seed=cfg["seed"])
-    peft_config = lora_config(cfg["model"].get("lora"), model.config.model_type)
-    prefix = response_prefix(cfg["model"].get("response_prefix", "auto"), tokenizer)
+    peft_config = lora_config(cfg["model"]["lora"], model.config.model_type)
+    prefix = response_prefix(cfg["model"]["response_prefix"], tokenizer)
     if prefix:
         log.info("the chat template pre-fills %r: rewards and eval read it + the completion", prefix)
 
-    sandbox = configure_sandbox(cfg.get("sandbox"))
+    sandbox = configure_sandbox(cfg["sandbox"])
     curriculum = None
     if cfg["dataset"]["curriculum"]["enabled"]:
         taskset, train_dataset, eval_rows, curriculum = build_curriculum_datasets(cfg["dataset"], cfg["eval"])
@@ -81,7 +81,7 @@ def assemble(cfg: dict[str, Any], plan: RunPlan) -> Setup:
     if resolve_activation_checkpointing(grpo_kwargs, model, hw, lora=peft_config is not None):
         log.info(
             "activation checkpointing on (grpo.activation_checkpointing=%s)",
-            cfg["grpo"].get("activation_checkpointing"),
+            cfg["grpo"]["activation_checkpointing"],
         )
     args = build_grpo_config(grpo_kwargs)
     return Setup(

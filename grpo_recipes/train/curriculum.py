@@ -43,7 +43,7 @@ def build_curriculum_datasets(dataset_cfg: dict[str, Any], eval_cfg: dict[str, A
     taskset, system, shots, eval_rows = build_eval_set(dataset_cfg, eval_cfg)
     settings = dataset_cfg["curriculum"]
     tops = {name: top for name in taskset.names if (top := top_level(name)) is not None}
-    per_level = int(settings.get("eval_per_level") or 0)
+    per_level = settings["eval_per_level"]
     if per_level:
         eval_rows += build_level_eval_rows(taskset, tops, per_level, int(eval_cfg["seed"]), system, shots)
     controller = LevelController(

@@ -20,15 +20,15 @@ Shots = Sequence[tuple[str, str]]  # dataset.few_shot as (question, completion) 
 
 def system_prompt(dataset_cfg: dict[str, Any]) -> str | None:
     """The dataset's system prompt, else its prompt format's (None: no system message)."""
-    fmt = get_format(dataset_cfg.get("prompt_format", "plain"))
-    override = dataset_cfg.get("system_prompt")
+    fmt = get_format(dataset_cfg["prompt_format"])
+    override = dataset_cfg["system_prompt"]
     return override if override is not None else fmt.system_prompt
 
 
 def few_shot(dataset_cfg: dict[str, Any]) -> Shots:
     """`dataset.few_shot` as (question, completion) pairs; one message naming the bad item otherwise."""
     pairs = []
-    for i, item in enumerate(dataset_cfg.get("few_shot") or []):
+    for i, item in enumerate(dataset_cfg["few_shot"] or []):
         if not (
             isinstance(item, dict)
             and set(item) == {"question", "completion"}
@@ -95,9 +95,7 @@ def build_train_rows(
 
 def build_eval_set(dataset_cfg: dict[str, Any], eval_cfg: dict[str, Any]):
     """(TaskSet, system prompt, few-shot pairs, eval rows): the tasks as configured, and their fixed eval."""
-    if int(dataset_cfg["seed"]) == int(eval_cfg["seed"]):
-        raise ConfigError("eval.seed must differ from dataset.seed so that train and eval sets differ")
-    taskset = TaskSet(dataset_cfg["tasks"], dataset_cfg.get("prompt_format", "plain"))
+    taskset = TaskSet(dataset_cfg["tasks"], dataset_cfg["prompt_format"])
     system, shots = system_prompt(dataset_cfg), few_shot(dataset_cfg)
     return taskset, system, shots, build_eval_rows(taskset, eval_cfg, system, shots)
 

@@ -158,6 +158,6 @@ class DynamicSamplingTrainer(SamplingKLTrainer):
 
 def trainer_class(grpo: dict[str, Any]):
     """The trainer build_trainer uses: with dynamic sampling only when `grpo.dynamic_sampling` is on."""
-    if grpo.get("dynamic_sampling"):
-        return functools.partial(DynamicSamplingTrainer, max_draws=grpo.get("dynamic_sampling_max_draws", 4))
+    if grpo["dynamic_sampling"]:
+        return functools.partial(DynamicSamplingTrainer, max_draws=grpo["dynamic_sampling_max_draws"])
     return SamplingKLTrainer

@@ -36,7 +36,7 @@ def likely_cause(logs: dict[str, float], max_completion_length: int | None) -> s
 
 class NoSignalWarning(TrainerCallback):
     def __init__(self, after_steps: int, max_completion_length: int | None):
-        self.after = int(after_steps or 0)
+        self.after = after_steps  # grpo.no_signal_warning (0: off)
         self.max_completion_length = max_completion_length
         self.streak = 0
         self.warned = False

@@ -1,5 +1,6 @@
-"""One job of train_grpo.py: check the config and the run directory, assemble the run (setup.py),
-then train (or evaluate) and write the outputs. Nothing is written before everything is checked.
+"""One job of train_grpo.py, in one straight line: check the config and the run directory, assemble the
+run (assemble.py), build the trainer and its callbacks (trainer.py), then train, or evaluate alone
+(evaluation/standalone.py), and write the outputs. Nothing is written before everything is checked.
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ import logging
 import os
 import sys
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,9 @@ from omegaconf import DictConfig, OmegaConf
 from grpo_common.errors import ConfigError
 from grpo_recipes.config import resume
 from grpo_recipes.config.checks import check_config
+from grpo_recipes.evaluation.standalone import eval_only, finished_objective
 from grpo_recipes.train.assemble import Setup, assemble
+from grpo_recipes.train.trainer import Training, build_trainer, describe
 
 log = logging.getLogger("grpo_recipes")
 
@@ -55,7 +57,7 @@ def train(cfg: DictConfig) -> float:
             log.info(resume.finished_message(run_dir))
             return finished_objective(run_dir, container["optimized_metric"])
         if plan.action == "resume" and main:
-            saved = _saved_config(run_dir)
+            saved = resume.saved_config(run_dir)
             if saved is not None:
                 resume.check_changes(run_dir, saved, container)
             resume.check_resume_point(run_dir, container["max_steps"])
@@ -71,15 +73,10 @@ def train(cfg: DictConfig) -> float:
             _record_overrides(run_dir, resumed=plan.action == "resume")
         try:
             if trainer is None:
-                return _eval_only(container, run_dir, setup)
+                return eval_only(container, run_dir, setup)
             return _train(container, run_dir, setup, trainer)
         finally:
             _finish_trackers()
-
-
-def _saved_config(run_dir: Path) -> dict[str, Any] | None:
-    path = run_dir / "config.yaml"
-    return OmegaConf.to_container(OmegaConf.load(path), resolve=False) if path.is_file() else None
 
 
 def _finish_trackers() -> None:
@@ -98,180 +95,6 @@ def _record_overrides(run_dir: Path, resumed: bool) -> None:
         resume.record_overrides(run_dir, list(HydraConfig.get().overrides.task), resumed)
 
 
-def make_evaluator(cfg: dict[str, Any], s: Setup):
-    from grpo_recipes.evaluation.evaluator import FixedEvaluator
-
-    e = cfg["eval"]
-    return FixedEvaluator(
-        s.eval_rows,
-        s.taskset,
-        s.tokenizer,
-        cfg["dataset"]["prompt_format"],
-        max_new_tokens=e.get("max_new_tokens") or s.args.max_completion_length,
-        batch_size=e["batch_size"],
-        do_sample=e["do_sample"],
-        temperature=e["temperature"],
-        pass_k=e.get("pass_k"),
-        print_examples=e.get("print_examples", 0),
-        response_prefix=s.response_prefix,
-        rewards=list(zip(s.reward_funcs, s.args.reward_weights or [1.0] * len(s.reward_funcs))),
-    )
-
-
-def _describe(cfg: dict[str, Any], run_dir: Path, s: Setup, accelerator) -> None:
-    from grpo_recipes.models.engines import running_engine
-
-    n_params = sum(t.numel() for t in s.model.parameters()) / 1e6
-    per_level = sum(r.get("eval_level") is not None for r in s.eval_rows)
-    log.info(
-        "Run dir %s | %s x%d, %s | model %s (%.1f M parameters, %s) | tasks %s | %d train / %d eval "
-        "problems%s",
-        run_dir,
-        s.hw.name,
-        s.hw.world_size,
-        running_engine(accelerator),  # what the accelerator runs, not what was asked for
-        cfg["model"]["path"],
-        n_params,
-        str(s.model.dtype).replace("torch.", ""),
-        ", ".join(s.taskset.names),
-        len(s.train_dataset),
-        len(s.eval_rows) - per_level,
-        f" (+{per_level} at the curriculum's levels)" if per_level else "",
-    )
-
-
-def model_step(model_path: str) -> int:
-    """The training step a saved model was taken at (its trainer_state.json); 0 for a base model."""
-    from transformers import TrainerState
-
-    state = Path(model_path).expanduser() / "trainer_state.json"
-    return TrainerState.load_from_json(str(state)).global_step if state.is_file() else 0
-
-
-def _eval_only(cfg: dict[str, Any], run_dir: Path, s: Setup) -> float:
-    """The fixed evaluation alone, on a checkpoint or a base model: same problems, same JSON."""
-    from accelerate import Accelerator
-
-    from grpo_recipes.outputs.logs import append_metrics
-    from grpo_recipes.outputs.report import write_report
-    from grpo_recipes.train.fast_paths import generate_with_cached_casts
-
-    # The precision training would use (the Trainer wraps forward in bf16 autocast when bf16 is on),
-    # so that eval_only on a checkpoint reproduces that run's eval exactly.
-    mixed = "bf16" if s.args.bf16 else ("fp16" if s.args.fp16 else "no")
-    accelerator = Accelerator(cpu=not s.hw.gpu, mixed_precision=mixed)
-    _describe(cfg, run_dir, s, accelerator)
-    model = accelerator.prepare_model(s.model, evaluation_mode=True).eval()
-    if cfg["grpo"].get("fast_paths", "auto") is not False:  # as training generated its evals
-        generate_with_cached_casts(model, accelerator)
-    step = model_step(cfg["model"]["path"])
-    metrics, _ = make_evaluator(cfg, s).run(model, accelerator, step, run_dir / "eval_results")
-    if accelerator.is_main_process:
-        append_metrics(run_dir / "metrics.jsonl", step, {f"eval_{k}": v for k, v in metrics.items()})
-        write_report(run_dir)
-    return float(metrics[cfg["optimized_metric"]])
-
-
-def finished_objective(run_dir: Path, metric: str) -> float:
-    """A finished run's objective, read back from its last fixed eval (a search that resumes)."""
-    from grpo_recipes.outputs.report import load_evals
-
-    evals = load_evals(run_dir)
-    return float(evals[max(evals)]["metrics"][metric]) if evals else 0.0
-
-
-@dataclass(frozen=True)
-class Training:
-    """The trainer and the callbacks the run reads back from."""
-
-    trainer: Any
-    evaluation: Any  # FixedEvalCallback
-    stop: Any  # GracefulStop
-
-
-def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
-    """GRPOTrainer with the recipe's callbacks, each built complete; TRL's own refusals as a ConfigError."""
-    from transformers import TrainerControl
-    from transformers.trainer_callback import ProgressCallback
-
-    from grpo_recipes.config.trainer_args import name_the_key
-    from grpo_recipes.evaluation.evaluator import FixedEvalCallback
-    from grpo_recipes.models.weights import CompleteShardedCheckpoints
-    from grpo_recipes.outputs.logs import ConciseProgressCallback, MetricsFileCallback
-    from grpo_recipes.train.dynamic_sampling import trainer_class
-    from grpo_recipes.train.no_signal import NoSignalWarning
-    from grpo_recipes.train.stopping import GracefulStop
-
-    samples = sample_recorder(cfg, run_dir, s)
-    try:
-        trainer = trainer_class(cfg["grpo"])(
-            model=s.model,
-            reward_funcs=samples.wrap(s.reward_funcs),
-            args=s.args,
-            train_dataset=s.train_dataset,
-            processing_class=s.tokenizer,
-            peft_config=s.peft_config,
-            callbacks=[MetricsFileCallback(run_dir / "metrics.jsonl")],
-        )
-    except ValueError as err:  # a setting TRL or transformers refuse only when the trainer is built
-        if os.environ.get("HYDRA_FULL_ERROR") == "1":
-            raise
-        raise ConfigError(name_the_key(str(err), cfg["grpo"])) from None
-    stop = GracefulStop(trainer.accelerator)
-    evaluation = FixedEvalCallback(
-        make_evaluator(cfg, s),
-        run_dir,
-        every_n_steps=cfg["eval"]["every_n_steps"],
-        accelerator=trainer.accelerator,
-        # eval metrics go to every tracker through the trainer's callbacks; a fresh TrainerControl, since
-        # CallbackHandler.on_log resets `should_log`, which would drop this step's train log line
-        send_logs=lambda logs, state: trainer.callback_handler.on_log(
-            trainer.args, state, TrainerControl(), logs
-        ),
-        skip_final_eval=lambda: stop.requested,  # a stop on a signal: the resumed run evaluates instead
-        vllm_generator=vllm_generator(trainer, s) if s.args.use_vllm else None,
-    )
-    if s.curriculum is not None:
-        from grpo_recipes.train.curriculum import CurriculumCallback
-
-        trainer.add_callback(CurriculumCallback(s.curriculum))
-    trainer.add_callback(evaluation)
-    if not s.args.disable_tqdm:  # the stock bar out (before ours, its subclass, is in), then ours
-        trainer.remove_callback(ProgressCallback)
-        trainer.add_callback(ConciseProgressCallback)
-    trainer.add_callback(
-        NoSignalWarning(cfg["grpo"].get("no_signal_warning", 3), s.args.max_completion_length)
-    )
-    trainer.add_callback(samples)
-    trainer.add_callback(stop)
-    trainer.add_callback(CompleteShardedCheckpoints())  # FSDP sharded checkpoints: eval_only loads them
-    return Training(trainer, evaluation, stop)
-
-
-def vllm_generator(trainer, s: Setup):
-    """The fixed eval generates through the trainer's own vLLM engine (colocate or server) when it has one."""
-    from grpo_recipes.evaluation.generation import VLLMGenerator
-
-    return lambda model: VLLMGenerator(trainer.vllm_generation, s.tokenizer, model)
-
-
-def sample_recorder(cfg: dict[str, Any], run_dir: Path, s: Setup):
-    """samples.jsonl (samples.py): answers read as the rewards read them (prefix + completion)."""
-    from grpo_recipes.evaluation.generation import end_ids
-    from grpo_recipes.train.samples import SampleRecorder
-
-    prefix = s.response_prefix
-    return SampleRecorder(
-        run_dir / "samples.jsonl",
-        every=cfg["log_samples_every"],
-        count=cfg["log_samples_count"],
-        judge=lambda texts, rows: s.taskset.judge([prefix + t for t in texts], rows),
-        max_completion_length=s.args.max_completion_length,
-        eos_token_ids=end_ids(s.model, s.tokenizer),  # as the fixed eval reads completions
-        report_to=s.args.report_to,
-    )
-
-
 def _train(cfg: dict[str, Any], run_dir: Path, s: Setup, training: Training) -> float:
     from grpo_recipes.models.weights import save_final_model
     from grpo_recipes.outputs.report import write_report
@@ -279,7 +102,7 @@ def _train(cfg: dict[str, Any], run_dir: Path, s: Setup, training: Training) -> 
     from grpo_recipes.train.stopping import trim_metrics_after
 
     trainer, stop = training.trainer, training.stop
-    _describe(cfg, run_dir, s, trainer.accelerator)
+    describe(cfg, run_dir, s, trainer.accelerator)
     if s.peft_config is not None:
         log.info(
             "LoRA r=%d alpha=%d on %s",
@@ -289,7 +112,7 @@ def _train(cfg: dict[str, Any], run_dir: Path, s: Setup, training: Training) -> 
             if not isinstance(s.peft_config.target_modules, str)
             else s.peft_config.target_modules,
         )
-    log.info("Fast paths: %s", fast_paths.apply(trainer, cfg["grpo"].get("fast_paths", "auto")))
+    log.info("Fast paths: %s", fast_paths.apply(trainer, s.args.fast_paths))
     if s.args.use_vllm:
         log.info("fixed eval generates with the trainer's vLLM engine (%s)", trainer.vllm_generation.mode)
     n_train = sum(t.numel() for t in trainer.model.parameters() if t.requires_grad)
@@ -330,7 +153,7 @@ def _train(cfg: dict[str, Any], run_dir: Path, s: Setup, training: Training) -> 
     save_final_model(trainer, final)  # the adapter alone when LoRA is on; ZeRO-3/FSDP shards gathered
     if (
         s.peft_config is not None
-        and cfg["model"]["lora"].get("merge_on_save")
+        and cfg["model"]["lora"]["merge_on_save"]
         and trainer.is_world_process_zero()
     ):
         merged = trainer.model.merge_and_unload()

@@ -64,14 +64,14 @@ class SampleRecorder(TrainerCallback):
         judge: Callable[[list[str], list[dict]], list],
         max_completion_length: int,
         eos_token_ids: set[int],
-        report_to: list[str] | None = None,
+        report_to: list[str],
     ):
         self.path, self.every, self.count = Path(path), every, count
         # TaskSet.judge with the response prefix: the extracted answer, as the reward read it
         self.judge = judge
         self.max_completion_length = max_completion_length
         self.eos_token_ids = eos_token_ids
-        self.report_to = report_to or []
+        self.report_to = report_to  # the trackers on (TRL's report_to): the table goes to wandb, trackio
         self.pending: dict[int, dict[str, Any]] = {}  # step -> the batch being recorded
 
     def wrap(self, reward_funcs: list[Callable]) -> list[Callable]:

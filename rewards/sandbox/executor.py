@@ -4,7 +4,8 @@ Each program gets a throw-away working directory, a scrubbed environment (no cre
 tokens: only PATH, HOME/TMPDIR pointing into its directory, locale and thread-count settings),
 its own process group and session, wall-clock, CPU, memory, file-size, process and open-file
 limits, and no network. On timeout, and after every run, its whole process group is killed.
-stdout and stderr go to files outside its directory and are read back capped.
+stdout and stderr go to files outside its directory and are read back capped. What kills, caps
+and counts a run's processes on the host side is in `processes.py`.
 
 The interpreter comes from a per-language command template, so any language can be plugged in by
 config, e.g. `{"node": {"command": ["node", "{file}"], "extension": ".js"}}`.
@@ -15,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rewards.sandbox.guard import GUARD
+from rewards.sandbox.processes import kill_cgroup, kill_group, pids_cgroup_base, read_capped, user_tasks
 
 LAUNCHER = Path(__file__).with_name("launcher.py")
 # What of /etc an interpreter needs (not all of it: /etc/shadow and friends stay unreadable).
@@ -78,73 +79,10 @@ class Result:
     def ok(self) -> bool:
         return self.returncode == 0 and not self.timed_out and self.error is None
 
-
-def _read_capped(path: Path, limit: int) -> tuple[str, bool]:
-    try:
-        with open(path, "rb") as f:
-            data = f.read(limit + 1)
-    except OSError:
-        return "", False
-    return data[:limit].decode("utf-8", "replace"), len(data) > limit
-
-
-_CGROUP_ROOTS = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))  # cgroup v1 pids hierarchy, v2
-_cgroup_base: Path | None | bool = False  # False: not looked for yet
-
-
-def pids_cgroup_base() -> Path | None:
-    """A cgroup directory where each run gets a child with `pids.max` (root, or a delegated cgroup)."""
-    global _cgroup_base
-    if _cgroup_base is False:
-        _cgroup_base = None
-        for root in _CGROUP_ROOTS:
-            base = root / "grpo-sandbox"
-            try:
-                base.mkdir(exist_ok=True)
-                if (base / "pids.max").exists() and os.access(base, os.W_OK):
-                    _cgroup_base = base
-                    break
-            except OSError:
-                continue
-    return _cgroup_base
-
-
-def _kill_cgroup(cgroup: Path) -> None:
-    """Kill every process in the run's cgroup (including any that left the process group), remove it."""
-    for _ in range(200):
-        try:
-            pids = [int(p) for p in (cgroup / "cgroup.procs").read_text().split()]
-        except (OSError, ValueError):
-            break
-        if not pids:
-            break
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        time.sleep(0.005)
-    for _ in range(100):
-        try:
-            cgroup.rmdir()
-            return
-        except FileNotFoundError:
-            return
-        except OSError:  # busy until the last killed process is reaped
-            time.sleep(0.01)
-
-
-def _user_tasks() -> int:
-    """Processes and threads this uid runs now (RLIMIT_NPROC counts them all)."""
-    uid, n = os.getuid(), 0
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                if entry.stat().st_uid == uid:
-                    n += len(os.listdir(f"/proc/{entry.name}/task"))
-            except OSError:
-                continue
-    return n
+    @classmethod
+    def failed(cls, error: str, duration: float = 0.0) -> Result:
+        """A program the executor could not run: no exit status, no output."""
+        return cls(None, "", "", False, duration, error=error)
 
 
 @dataclass
@@ -230,20 +168,13 @@ class Executor:
     def run_one(self, program: Program, report_layers: bool = False) -> Result:
         start = time.monotonic()
         if program.language not in self.languages:
-            return Result(
-                None,
-                "",
-                "",
-                False,
-                0.0,
-                error=f"unknown language '{program.language}'; configured: {', '.join(self.languages)}",
+            return Result.failed(
+                f"unknown language '{program.language}'; configured: {', '.join(self.languages)}"
             )
         try:
             return self._run(program, report_layers, start)
         except OSError as err:  # no disk, no pids, a cleaned /tmp: this program fails, the run goes on
-            return Result(
-                None, "", "", False, time.monotonic() - start, error=f"sandbox could not run it: {err}"
-            )
+            return Result.failed(f"sandbox could not run it: {err}", time.monotonic() - start)
 
     def _run(self, program: Program, report_layers: bool, start: float) -> Result:
         spec = self.languages[program.language]
@@ -266,10 +197,10 @@ class Executor:
             try:
                 command = self._command(program.language, file)
             except FileNotFoundError as err:
-                return Result(None, "", "", False, 0.0, error=str(err))
+                return Result.failed(str(err))
             max_output = self.max_output_kb * 1024
             # RLIMIT_NPROC counts the uid's existing tasks too; root is exempt (the pids cgroup caps it)
-            processes = None if os.geteuid() == 0 else _user_tasks() + self.max_processes
+            processes = None if os.geteuid() == 0 else user_tasks() + self.max_processes
             limits = {
                 "isolation": self.isolation,
                 "workdir": str(workdir),
@@ -313,11 +244,11 @@ class Executor:
                 except subprocess.TimeoutExpired:
                     timed_out = True
                 finally:
-                    self._kill_group(proc)
+                    kill_group(proc)
                     if cgroup is not None:
-                        _kill_cgroup(cgroup)
-            stdout, trunc_out = _read_capped(logs / "stdout", max_output)
-            stderr, trunc_err = _read_capped(logs / "stderr", 64 * 1024)
+                        kill_cgroup(cgroup)
+            stdout, trunc_out = read_capped(logs / "stdout", max_output)
+            stderr, trunc_err = read_capped(logs / "stderr", 64 * 1024)
             return Result(
                 None if timed_out else proc.returncode,
                 stdout,
@@ -328,18 +259,5 @@ class Executor:
             )
         finally:
             if cgroup is not None and cgroup.exists():
-                _kill_cgroup(cgroup)
+                kill_cgroup(cgroup)
             shutil.rmtree(box, ignore_errors=True)
-
-    @staticmethod
-    def _kill_group(proc: subprocess.Popen) -> None:
-        """Kill the program and everything it started (its session's process group), then reap."""
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()

@@ -1,0 +1,298 @@
+"""Every knob of the recipe, declared once: its default, what it accepts, a one-line doc, and whether a
+resume may change it. Import-light (no torch or TRL).
+
+Everything else reads these declarations: Hydra's defaults (`register()` puts each group's defaults in
+its ConfigStore, so `--cfg job` prints them and the YAML files are small diffs over them), the value
+check (checks.py), the resume rules (resume.py) and the README's config table (`python -m
+grpo_recipes.config`).
+
+The defaults go to Hydra as plain values rather than typed dataclass nodes: OmegaConf's typed nodes
+coerce (`yes` to true, `1` to "1"), and the contract here is exact types, checked by `checks.py`.
+The `grpo` group is open: any GRPOConfig field of the installed TRL may be set; those declared here
+get the recipe's default or a range TRL leaves unchecked. `RecipeGRPOFields` are the recipe's own
+(TRL does not know them): trainer_args.py extends TRL's GRPOConfig with them.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from grpo_recipes.config.values import (
+    BOOL,
+    COUNT,
+    OPT_STR,
+    PROB,
+    STEPS,
+    STR,
+    Choice,
+    Float,
+    Int,
+    Value,
+)
+
+TRL_DEFAULT = object()  # a GRPOConfig field the recipe only range-checks: TRL's default, not in the config
+DTYPE_NAMES = ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
+
+
+def knob(default: Any, accepts: Value, doc: str, *, resume: bool = False) -> Any:
+    """One knob: `resume=True` when a resume may change it (it does not change what the run learns)."""
+    meta = {"accepts": accepts, "doc": doc, "resume": resume}
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass
+class Top:
+    max_steps: int = knob(40, COUNT, "training steps", resume=True)
+    learning_rate: float = knob(1.0e-5, Float(above=0), "the optimizer's learning rate")
+    seed: int = knob(0, Int(0), "seed of the model's sampling and initialisation")
+    run_name: str = knob("${dataset.name}-${model.name}", Value("name"), "the run dir's name", resume=True)
+    output_root: str = knob("outputs", Value("path"), "where run dirs are made", resume=True)
+    output_dir: str = knob("${hydra:runtime.output_dir}", STR, "the run dir (set by Hydra)", resume=True)
+    resume: Any = knob(
+        False,
+        Choice(True, False, "auto"),
+        "true: continue outputs/<run_name> as it was | auto: continue it if unfinished, else start it",
+        resume=True,
+    )
+    use_vllm: bool = knob(False, BOOL, "generate with vLLM (GPU; grpo.vllm_mode colocate | server)")
+    eval_only: bool = knob(False, BOOL, "only the fixed eval, on model=<checkpoint dir> or a base model")
+    report_to: Any = knob("none", Value("str_or_list"), "trackers (set by logger=...)", resume=True)
+    log_samples_every: int = knob(
+        10, STEPS, "samples.jsonl: rollouts at step 1 and every N steps (0: off)", resume=True
+    )
+    log_samples_count: int = knob(8, COUNT, "rollouts kept per sampled step", resume=True)
+    optimized_metric: str = knob(
+        "accuracy", STR, "what the run returns to a sweeper: a final fixed-eval metric", resume=True
+    )
+
+
+@dataclass
+class PassK:
+    samples: int = knob(0, STEPS, "sampled completions per problem for pass@k (0: off)", resume=True)
+    temperature: float = knob(1.0, Float(above=0), "pass@k's sampling temperature", resume=True)
+    k: list = knob([1, 4, 8], Value("list", item=COUNT), "the k reported (only k <= samples)", resume=True)
+
+
+@dataclass
+class Eval:
+    size: int = knob(128, COUNT, "problems per task", resume=True)
+    seed: int = knob(12345, Int(0), "the eval problems' seed; differs from dataset.seed")
+    every_n_steps: int = knob(20, STEPS, "eval every N steps (0: only at step 0 and the end)", resume=True)
+    batch_size: int = knob(64, COUNT, "prompts per generate call", resume=True)
+    max_new_tokens: Any = knob(None, Int(1, optional=True), "null: grpo.max_completion_length", resume=True)
+    do_sample: bool = knob(False, BOOL, "false: greedy", resume=True)
+    temperature: float = knob(1.0, Float(above=0), "used only when do_sample=true", resume=True)
+    print_examples: int = knob(2, STEPS, "problems shown in the console at each eval", resume=True)
+    pass_k: PassK = field(default_factory=PassK)
+
+
+@dataclass
+class Lora:
+    enabled: bool = knob(False, BOOL, "train a LoRA adapter (peft) instead of every weight")
+    r: int = knob(16, COUNT, "the adapter's rank")
+    alpha: float = knob(32, Float(above=0), "LoRA's alpha")
+    dropout: float = knob(0.05, Float(0, below=1), "LoRA's dropout")
+    target_modules: Any = knob(
+        "auto", Value("str_or_list"), "auto: attention + MLP projections; or a list, or all-linear"
+    )
+    merge_on_save: bool = knob(False, BOOL, "also write final-merged/: the adapter merged into the weights")
+    quantize: Any = knob(None, Choice("4bit", "8bit", optional=True), "QLoRA base weights (CUDA GPU only)")
+
+
+@dataclass
+class Model:
+    name: str = knob("???", STR, "the model's short name (in run_name)")
+    path: str = knob("???", STR, "a hub id, a local dir, embedded:<name> or tiny-random")
+    dtype: str = knob("auto", Choice(*DTYPE_NAMES), "auto: fp32 on CPU, bf16 on a GPU that supports it")
+    attn_implementation: Any = knob(None, OPT_STR, "null: transformers' default (sdpa)", resume=True)
+    chat_template: Any = knob(None, OPT_STR, "a Jinja template (or .jinja file) replacing the tokenizer's")
+    response_prefix: Any = knob(
+        "auto",
+        Value("str", optional=True),
+        "what the template pre-fills in the reply: auto | none | a string",
+    )
+    lora: Lora = field(default_factory=Lora)
+
+
+@dataclass
+class Curriculum:
+    enabled: bool = knob(False, BOOL, "each task's level follows its rolling train accuracy")
+    start_level: int = knob(0, STEPS, "every task's first level")
+    raise_at: float = knob(0.7, PROB, "a full window at >= this accuracy: one level up")
+    lower_at: float = knob(0.3, PROB, "a full window below this accuracy: one level down")
+    window: int = knob(64, COUNT, "completions per task in the rolling accuracy")
+    eval_per_level: int = knob(0, STEPS, "> 0: also this many eval problems per task and level")
+
+
+@dataclass
+class Dataset:
+    name: str = knob("???", STR, "the dataset's short name (in run_name)")
+    prompt_format: str = knob("answer_tag", STR, "plain | answer_tag | think | code")
+    system_prompt: Any = knob(None, OPT_STR, "null: the prompt format's default system prompt")
+    few_shot: Any = knob(
+        [], Value("list", optional=True), "worked examples: [{question: .., completion: ..}]"
+    )
+    train_size: int = knob(2000, COUNT, "training problems")
+    seed: int = knob(1, Int(0), "the training problems' seed")
+    tasks: dict = knob({}, Value("dict"), "task -> {weight, config}")
+    rewards: dict = knob(
+        {"accuracy": {"weight": 1.0, "mode": "binary"}, "format": {"weight": 0.2, "mode": "strict"}},
+        Value("dict"),
+        "reward -> {weight, options} (null: off)",
+    )
+    curriculum: Curriculum = field(default_factory=Curriculum)
+
+
+@dataclass
+class Sandbox:
+    timeout: float = knob(5.0, Float(above=0), "seconds per program that sets none")
+    memory_mb: int = knob(1024, COUNT, "address-space limit")
+    max_output_kb: int = knob(1024, COUNT, "a program printing more than this fails")
+    max_processes: int = knob(64, COUNT, "processes a program may start")
+    disk_mb: int = knob(64, COUNT, "size of its working directory")
+    workers: Any = knob(None, Int(1, optional=True), "programs in parallel; null: one per core", resume=True)
+    isolation: str = knob("full", Choice("full", "basic"), "full: + namespaces, Landlock where allowed")
+    read_paths: list = knob([], Value("list", item=STR), "extra read-only paths an interpreter needs")
+    languages: dict = knob({}, Value("dict"), "more interpreters: {name: {command: [...], extension: ..}}")
+
+
+@dataclass
+class RecipeGRPOFields:
+    """The recipe's own GRPO knobs: TRL's GRPOConfig extended with them (trainer_args.py)."""
+
+    fast_paths: Any = knob(
+        "auto",
+        Choice("auto", True, False),
+        "the CPU speed-ups: auto (the TRL they were written for)",
+        resume=True,
+    )
+    no_signal_warning: int = knob(
+        3, STEPS, "warn after this many steps in a row with no reward variance (0: off)", resume=True
+    )
+    dynamic_sampling: bool = knob(False, BOOL, "DAPO's dynamic sampling: train only on groups that differ")
+    dynamic_sampling_max_draws: int = knob(4, COUNT, "at most this many generation batches per step")
+
+
+@dataclass
+class GRPO(RecipeGRPOFields):
+    """GRPOConfig fields: the recipe's defaults (a small model on a CPU) and ranges TRL leaves unchecked."""
+
+    num_generations: int = knob(8, Int(2), "completions per prompt (the group)")
+    per_device_train_batch_size: int = knob(16, COUNT, "completions, not prompts: 16 = 2 prompts x 8")
+    gradient_accumulation_steps: int = knob(1, COUNT, "micro-batches per update")
+    max_completion_length: int = knob(32, COUNT, "tokens per completion")
+    temperature: float = knob(1.0, Float(above=0), "sampling temperature")
+    beta: float = knob(0.0, Float(0), "KL coefficient (0: no reference model)")
+    loss_type: str = knob("dapo", STR, "grpo | dr_grpo | dapo | bnpo | cispo | sapo | ... (TRL's)")
+    scale_rewards: Any = knob("group", Choice("group", "batch", "none", True, False), "advantage scaling")
+    lr_scheduler_type: str = knob("constant_with_warmup", STR, "transformers' scheduler")
+    warmup_steps: float = knob(2, Float(0), "warm-up steps")
+    activation_checkpointing: Any = knob(
+        None, Value("bool", optional=True), "null: on only where memory needs it", resume=True
+    )
+    bf16: Any = knob(None, Value("bool", optional=True), "null: bf16 where the hardware computes it")
+    logging_steps: float = knob(1, Float(above=0), "log every N steps", resume=True)
+    save_strategy: str = knob("steps", STR, "when to save checkpoints", resume=True)
+    save_steps: float = knob(20, Float(above=0), "a checkpoint every N steps", resume=True)
+    save_total_limit: Any = knob(2, Int(1, optional=True), "checkpoints kept", resume=True)
+    # TRL's defaults, range-checked here
+    steps_per_generation: Any = knob(TRL_DEFAULT, Int(1, optional=True), "micro-batches per generation")
+    generation_batch_size: Any = knob(TRL_DEFAULT, Int(1, optional=True), "completions per generation")
+    num_iterations: int = knob(TRL_DEFAULT, COUNT, "updates per generation batch")
+    top_p: float = knob(TRL_DEFAULT, Float(above=0, high=1), "nucleus sampling")
+    top_k: int = knob(TRL_DEFAULT, STEPS, "top-k sampling (0: off)")
+    min_p: Any = knob(TRL_DEFAULT, Float(0, high=1, optional=True), "min-p sampling")
+    repetition_penalty: float = knob(TRL_DEFAULT, Float(above=0), "repetition penalty")
+    epsilon: float = knob(TRL_DEFAULT, Float(0), "clip range")
+    epsilon_high: Any = knob(TRL_DEFAULT, Float(0, optional=True), "upper clip range (DAPO)")
+    delta: Any = knob(TRL_DEFAULT, Float(above=0, optional=True), "two-sided clip")
+    max_grad_norm: float = knob(TRL_DEFAULT, Float(0), "gradient clipping")
+    weight_decay: float = knob(TRL_DEFAULT, Float(0), "AdamW's weight decay")
+    gradient_checkpointing: Any = knob(
+        TRL_DEFAULT, Value("bool", optional=True), "alias of activation_checkpointing", resume=True
+    )
+    fp16: bool = knob(TRL_DEFAULT, BOOL, "fp16 mixed precision")
+    importance_sampling_level: str = knob(TRL_DEFAULT, Choice("token", "sequence"), "token | sequence (GSPO)")
+    vllm_mode: str = knob(TRL_DEFAULT, Choice("server", "colocate"), "where vLLM runs")
+    mask_truncated_completions: bool = knob(TRL_DEFAULT, BOOL, "leave cut-off completions out of the loss")
+    vllm_gpu_memory_utilization: float = knob(TRL_DEFAULT, Float(above=0, high=1), "vLLM's GPU share")
+
+
+# Each group's declaration; "" is the top level. Every group but grpo is closed (an unknown key is a
+# mistake); grpo also takes any GRPOConfig field.
+GROUPS: dict[str, type] = {"": Top, "eval": Eval, "model": Model, "dataset": Dataset, "sandbox": Sandbox}
+OPEN_GROUPS: dict[str, type] = {"grpo": GRPO}
+# GRPOConfig fields not declared above that a resume may change: where and how often it logs and saves.
+RESUMABLE_TRL_PREFIXES = (
+    "logging_",
+    "project",
+    "trackio_",
+    "save_",
+    "disable_tqdm",
+    "log_completions",
+    "num_completions_to_print",
+)
+
+
+def walk(cls: type, prefix: str = ""):
+    """(dotted key, dataclasses.Field) for every knob of a declaration, nested groups included."""
+    for f in dataclasses.fields(cls):
+        if "accepts" in f.metadata:
+            yield prefix + f.name, f
+        else:  # a nested group (pass_k, lora, curriculum)
+            yield from walk(f.default_factory, f"{prefix}{f.name}.")
+
+
+def _declared() -> dict[str, dataclasses.Field]:
+    out = {}
+    for group, cls in {**GROUPS, **OPEN_GROUPS}.items():
+        out.update(walk(cls, f"{group}." if group else ""))
+    return out
+
+
+KNOBS: dict[str, dataclasses.Field] = _declared()
+SCHEMA: dict[str, Value] = {key: f.metadata["accepts"] for key, f in KNOBS.items()}
+# Sections whose every key is declared: the groups and their nested groups ("" is the top level).
+CLOSED_SECTIONS = tuple(
+    [""] + [g for g in GROUPS if g] + sorted({k.rsplit(".", 1)[0] for k in KNOBS if k.count(".") == 2})
+)
+
+
+def may_change_on_resume(key: str) -> bool:
+    """Whether a resume may change `key` (dotted): it changes how the run logs, saves or is evaluated, not
+    what it learns."""
+    if key in KNOBS:
+        return KNOBS[key].metadata["resume"]
+    if key.startswith("eval."):  # a key inside an eval setting (pass_k.k's items)
+        return True
+    return key.startswith("grpo.") and key[5:].startswith(RESUMABLE_TRL_PREFIXES)
+
+
+def defaults(cls: type) -> dict[str, Any]:
+    """A declaration's defaults as plain values (TRL_DEFAULT knobs left out)."""
+    out = {}
+    for f in dataclasses.fields(cls):
+        value = f.default_factory() if f.default is dataclasses.MISSING else f.default
+        if value is TRL_DEFAULT:
+            continue
+        out[f.name] = defaults(type(value)) if dataclasses.is_dataclass(value) else value
+    return out
+
+
+def register() -> None:
+    """The declared defaults as Hydra configs: `_schema/top` and `_schema/model` (the model presets build
+    on it; not an option of its own), `dataset/base` (dataset files build on it), and `eval/default`,
+    `sandbox/default` and `grpo/default` (the options train.yaml picks)."""
+    from hydra.core.config_store import ConfigStore
+
+    store = ConfigStore.instance()
+    store.store(group="_schema", name="top", node=defaults(Top))
+    store.store(group="_schema", name="model", node=defaults(Model))
+    store.store(group="dataset", name="base", node=defaults(Dataset))  # your dataset files: [base@_here_]
+    for group, cls in (("eval", Eval), ("sandbox", Sandbox), ("grpo", GRPO)):
+        store.store(group=group, name="default", node=defaults(cls))

@@ -1,0 +1,128 @@
+"""What a knob accepts (its kind, range or choices) and how a value is shown: the vocabulary of the
+knob declarations (knobs.py). Import-light. Types are exact: no silent coercion of 1.5 to an int, of
+`maybe` to a bool, or of `abc` to a number.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Value:
+    """What one key accepts: a kind, an optional range or set of choices, and whether null is allowed."""
+
+    kind: str  # int | float | bool | str | name | path | list | dict | str_or_list | any
+    low: float | None = None  # inclusive
+    high: float | None = None  # inclusive
+    above: float | None = None  # exclusive
+    below: float | None = None  # exclusive
+    choices: tuple | None = None
+    optional: bool = False
+    item: Value | None = None  # lists: what each element accepts
+
+    def describe(self) -> str:
+        if self.choices is not None:
+            text = "one of: " + ", ".join(show(c) for c in self.choices)
+        else:
+            text = {
+                "int": "an integer",
+                "float": "a number",
+                "bool": "true or false",
+                "str": "a string",
+                "name": "a non-empty name without '/' (a directory name)",
+                "path": "a non-empty path",
+                "list": "a list",
+                "dict": "a mapping",
+                "str_or_list": "a string or a list of strings",
+                "any": "any value",
+            }[self.kind]
+            bounds = [
+                f">= {_num(self.low)}" if self.low is not None else "",
+                f"> {_num(self.above)}" if self.above is not None else "",
+                f"<= {_num(self.high)}" if self.high is not None else "",
+                f"< {_num(self.below)}" if self.below is not None else "",
+            ]
+            text += " " + " and ".join(b for b in bounds if b) if any(bounds) else ""
+            if self.item is not None:
+                text += f" of items each {self.item.describe()}"
+        return text + (", or null" if self.optional else "")
+
+    def accepts(self, value: Any) -> bool:
+        if value is None:
+            return self.optional
+        if self.choices is not None:
+            return any(value == c and type(value) is type(c) for c in self.choices)
+        if not _is_kind(value, self.kind):
+            return False
+        if self.kind in ("int", "float"):
+            return (
+                (self.low is None or value >= self.low)
+                and (self.high is None or value <= self.high)
+                and (self.above is None or value > self.above)
+                and (self.below is None or value < self.below)
+            )
+        if self.item is not None:
+            return all(self.item.accepts(v) for v in value)
+        return True
+
+
+def _is_kind(value: Any, kind: str) -> bool:
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "float":  # an integer is a number too (`learning_rate=1`); a bool, NaN and inf are not
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "str":
+        return isinstance(value, str)
+    if kind == "path":
+        return isinstance(value, str) and bool(value.strip())
+    if kind == "name":
+        return (
+            isinstance(value, str) and value.strip() not in ("", ".", "..") and not {"/", "\\"} & set(value)
+        )
+    if kind == "list":
+        return isinstance(value, (list, tuple))
+    if kind == "dict":
+        return isinstance(value, Mapping)
+    if kind == "str_or_list":
+        return isinstance(value, str) or (
+            isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+        )
+    return True
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+def show(value: Any) -> str:
+    """A value as the user would type it on the command line."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, str):
+        return repr(value) if value == "" or value.strip() != value else value
+    return str(value)
+
+
+def Int(low=None, **kw) -> Value:
+    return Value("int", low=low, **kw)
+
+
+def Float(low=None, **kw) -> Value:
+    return Value("float", low=low, **kw)
+
+
+def Choice(*choices, optional=False) -> Value:
+    return Value("any", choices=choices, optional=optional)
+
+
+BOOL, STR, OPT_STR = Value("bool"), Value("str"), Value("str", optional=True)
+COUNT, STEPS = Int(1), Int(0)  # a positive count; a step number or a count that may be zero
+PROB = Float(0, high=1)

@@ -1,0 +1,150 @@
+"""The PNG plots of a run's report (report.py): accuracy per task, reward and group variance,
+curriculum levels, completion length and format compliance, entropy and KL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def _smooth(values: list[float]) -> list[float]:
+    window = max(1, len(values) // 10)
+    out = []
+    for i in range(len(values)):
+        chunk = [v for v in values[max(0, i - window + 1) : i + 1] if v is not None]
+        out.append(sum(chunk) / len(chunk) if chunk else None)
+    return out
+
+
+def series(train: list[dict], key: str) -> tuple[list[int], list[float]]:
+    """(steps, values) of a train metric, where it was logged as a number."""
+    pts = [(r["step"], r[key]) for r in train if isinstance(r.get(key), (int, float))]
+    return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def _names(train: list[dict], prefix: str, suffix: str) -> list[str]:
+    """The names logged as `<prefix><name>/...<suffix>` (reward functions, curriculum tasks), sorted."""
+    return sorted({k.split("/")[2] for r in train for k in r if k.startswith(prefix) and k.endswith(suffix)})
+
+
+def _plot_train(ax, train, key, label, color=None, raw=True):
+    """A train metric: faint per step (`raw`), bold as a moving average; False if it was never logged."""
+    steps, values = series(train, key)
+    if not steps:
+        return False
+    if raw and len(steps) > 1:
+        ax.plot(steps, values, color=color, alpha=0.25, linewidth=1)
+    ax.plot(steps, _smooth(values), color=color, linewidth=2, label=label)
+    return True
+
+
+def _plot_eval(ax, evals, key, label, color, fmt="o-", linewidth=2, **style):
+    """A fixed-eval metric at every eval step, as markers joined by lines."""
+    steps = list(evals)
+    values = [evals[s]["metrics"].get(key) for s in steps]
+    ax.plot(steps, values, fmt, color=color, linewidth=linewidth, label=label, **style)
+
+
+def _finish(ax, **labels):
+    ax.set(**labels)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def make_plots(run_dir: Path, run: dict[str, Any], tasks: list[str]) -> list[tuple[str, str]]:
+    """(title, file name) of each plot written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    train, evals = run["train"], run["evals"]
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    plots = []
+
+    def save(fig, name, title):
+        fig.tight_layout()
+        fig.savefig(run_dir / name, dpi=110)
+        plt.close(fig)
+        plots.append((title, name))
+
+    # 1. accuracy: the fixed eval per task (markers) and the train accuracy per task (smoothed)
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for i, task in enumerate(tasks):
+        c = colors[i % len(colors)]
+        _plot_eval(ax, evals, f"{task}/accuracy", f"{task}: fixed eval (greedy)", c, markersize=7)
+        _plot_train(
+            ax, train, f"train/accuracy/{task}", f"{task}: train samples (smoothed)", color=c, raw=False
+        )
+        if ax.lines:
+            ax.lines[-1].set_linestyle("--")
+    if len(tasks) > 1:
+        _plot_eval(ax, evals, "accuracy", "all tasks: fixed eval", "black", fmt="s-", linewidth=2.5)
+    _finish(
+        ax,
+        xlabel="training step",
+        ylabel="accuracy (score >= 1)",
+        ylim=(-0.02, 1.02),
+        title="Accuracy per task",
+    )
+    save(fig, "accuracy.png", "Accuracy per task")
+    if not train:
+        return plots
+
+    # 2. reward: total and per reward function, plus how many groups carry a learning signal
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    _plot_train(ax1, train, "train/reward", "total reward (weighted sum)", color="black")
+    for i, name in enumerate(_names(train, "train/rewards/", "/mean")):
+        _plot_train(ax1, train, f"train/rewards/{name}/mean", name, color=colors[i % len(colors)], raw=False)
+    _finish(ax1, ylabel="reward", title="Train reward (faint: per step, bold: moving average)")
+    has = _plot_train(ax2, train, "train/groups/reward_varied", "groups whose rewards differ", colors[0])
+    has |= _plot_train(ax2, train, "train/groups/answer_varied", "groups whose answers differ", colors[1])
+    if not has:
+        _plot_train(ax2, train, "train/frac_reward_zero_std", "groups with equal rewards", color=colors[0])
+    _finish(ax2, xlabel="training step", ylabel="share of prompt groups", ylim=(-0.02, 1.02))
+    save(fig, "reward.png", "Reward and group variance")
+
+    # 2b. dataset.curriculum: each task's difficulty level (the fixed eval above stays at the target)
+    leveled = _names(train, "train/curriculum/", "/level")
+    if leveled:
+        fig, ax = plt.subplots(figsize=(8, 3.5))
+        for i, task in enumerate(leveled):
+            steps, levels = series(train, f"train/curriculum/{task}/level")
+            ax.plot(
+                steps, levels, drawstyle="steps-post", color=colors[i % len(colors)], linewidth=2, label=task
+            )
+        ax.yaxis.get_major_locator().set_params(integer=True)
+        _finish(ax, xlabel="training step", ylabel="level (0: easiest)", title="Curriculum level per task")
+        save(fig, "curriculum.png", "Curriculum level per task")
+
+    # 3. completion length and format compliance
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    _plot_train(ax1, train, "train/completions/mean_length", "train samples", color=colors[0])
+    _plot_eval(ax1, evals, "mean_length", "fixed eval (greedy)", colors[1])
+    _finish(ax1, ylabel="tokens", title="Completion length")
+    _plot_eval(ax2, evals, "format", "fixed eval: format compliance", colors[2])
+    _plot_train(
+        ax2, train, "train/completions/clipped_ratio", "train: cut off at max length", color=colors[3]
+    )
+    _finish(
+        ax2,
+        xlabel="training step",
+        ylabel="share",
+        ylim=(-0.02, 1.02),
+        title="Format compliance and truncation",
+    )
+    save(fig, "length_format.png", "Completion length and format compliance")
+
+    # 4. entropy and KL to the reference (KL only when beta > 0)
+    has_kl = any(isinstance(r.get("train/kl"), (int, float)) for r in train)
+    fig, axes = plt.subplots(
+        2 if has_kl else 1, 1, figsize=(8, 6 if has_kl else 3.5), sharex=True, squeeze=False
+    )
+    _plot_train(axes[0][0], train, "train/entropy", "entropy", color=colors[4])
+    _finish(axes[0][0], ylabel="nats per token", title="Policy entropy")
+    if has_kl:
+        _plot_train(axes[1][0], train, "train/kl", "KL to reference", color=colors[5])
+        _finish(axes[1][0], ylabel="KL", title="KL to the reference model")
+    axes[-1][0].set(xlabel="training step")
+    save(fig, "entropy_kl.png", "Entropy and KL")
+    return plots

@@ -1,0 +1,147 @@
+"""The trainer of a run: TRL's GRPOTrainer (or the dynamic-sampling one) with the recipe's callbacks, each
+built complete from the assembled run (assemble.py) and TRL's args; and the fixed evaluator it runs."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from grpo_common.errors import ConfigError
+from grpo_recipes.train.assemble import Setup
+
+log = logging.getLogger("grpo_recipes")
+
+
+def make_evaluator(cfg: dict[str, Any], s: Setup):
+    from grpo_recipes.evaluation.evaluator import FixedEvaluator
+
+    e = cfg["eval"]
+    return FixedEvaluator(
+        s.eval_rows,
+        s.taskset,
+        s.tokenizer,
+        cfg["dataset"]["prompt_format"],
+        max_new_tokens=e["max_new_tokens"] or s.args.max_completion_length,
+        batch_size=e["batch_size"],
+        do_sample=e["do_sample"],
+        temperature=e["temperature"],
+        pass_k=e["pass_k"],
+        print_examples=e["print_examples"],
+        response_prefix=s.response_prefix,
+        rewards=list(zip(s.reward_funcs, s.args.reward_weights or [1.0] * len(s.reward_funcs))),
+    )
+
+
+def describe(cfg: dict[str, Any], run_dir: Path, s: Setup, accelerator) -> None:
+    from grpo_recipes.models.engines import running_engine
+
+    n_params = sum(t.numel() for t in s.model.parameters()) / 1e6
+    per_level = sum(r.get("eval_level") is not None for r in s.eval_rows)
+    log.info(
+        "Run dir %s | %s x%d, %s | model %s (%.1f M parameters, %s) | tasks %s | %d train / %d eval "
+        "problems%s",
+        run_dir,
+        s.hw.name,
+        s.hw.world_size,
+        running_engine(accelerator),  # what the accelerator runs, not what was asked for
+        cfg["model"]["path"],
+        n_params,
+        str(s.model.dtype).replace("torch.", ""),
+        ", ".join(s.taskset.names),
+        len(s.train_dataset),
+        len(s.eval_rows) - per_level,
+        f" (+{per_level} at the curriculum's levels)" if per_level else "",
+    )
+
+
+@dataclass(frozen=True)
+class Training:
+    """The trainer and the callbacks the run reads back from."""
+
+    trainer: Any
+    evaluation: Any  # FixedEvalCallback
+    stop: Any  # GracefulStop
+
+
+def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
+    """GRPOTrainer with the recipe's callbacks, each built complete; TRL's own refusals as a ConfigError."""
+    from transformers import TrainerControl
+    from transformers.trainer_callback import ProgressCallback
+
+    from grpo_recipes.config.trainer_args import name_the_key
+    from grpo_recipes.evaluation.callback import FixedEvalCallback
+    from grpo_recipes.models.weights import CompleteShardedCheckpoints
+    from grpo_recipes.outputs.logs import ConciseProgressCallback, MetricsFileCallback
+    from grpo_recipes.train.dynamic_sampling import trainer_class
+    from grpo_recipes.train.no_signal import NoSignalWarning
+    from grpo_recipes.train.stopping import GracefulStop
+
+    samples = sample_recorder(cfg, run_dir, s)
+    try:
+        trainer = trainer_class(cfg["grpo"])(
+            model=s.model,
+            reward_funcs=samples.wrap(s.reward_funcs),
+            args=s.args,
+            train_dataset=s.train_dataset,
+            processing_class=s.tokenizer,
+            peft_config=s.peft_config,
+            callbacks=[MetricsFileCallback(run_dir / "metrics.jsonl")],
+        )
+    except ValueError as err:  # a setting TRL or transformers refuse only when the trainer is built
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        raise ConfigError(name_the_key(str(err), cfg["grpo"])) from None
+    stop = GracefulStop(trainer.accelerator)
+    evaluation = FixedEvalCallback(
+        make_evaluator(cfg, s),
+        run_dir,
+        every_n_steps=cfg["eval"]["every_n_steps"],
+        accelerator=trainer.accelerator,
+        # eval metrics go to every tracker through the trainer's callbacks; a fresh TrainerControl, since
+        # CallbackHandler.on_log resets `should_log`, which would drop this step's train log line
+        send_logs=lambda logs, state: trainer.callback_handler.on_log(
+            trainer.args, state, TrainerControl(), logs
+        ),
+        skip_final_eval=lambda: stop.requested,  # a stop on a signal: the resumed run evaluates instead
+        vllm_generator=vllm_generator(trainer, s) if s.args.use_vllm else None,
+    )
+    if s.curriculum is not None:
+        from grpo_recipes.train.curriculum import CurriculumCallback
+
+        trainer.add_callback(CurriculumCallback(s.curriculum))
+    trainer.add_callback(evaluation)
+    if not s.args.disable_tqdm:  # the stock bar out (before ours, its subclass, is in), then ours
+        trainer.remove_callback(ProgressCallback)
+        trainer.add_callback(ConciseProgressCallback)
+    trainer.add_callback(NoSignalWarning(s.args.no_signal_warning, s.args.max_completion_length))
+    trainer.add_callback(samples)
+    trainer.add_callback(stop)
+    trainer.add_callback(CompleteShardedCheckpoints())  # FSDP sharded checkpoints: eval_only loads them
+    return Training(trainer, evaluation, stop)
+
+
+def vllm_generator(trainer, s: Setup):
+    """The fixed eval generates through the trainer's own vLLM engine (colocate or server) when it has one."""
+    from grpo_recipes.evaluation.generation import VLLMGenerator
+
+    return lambda model: VLLMGenerator(trainer.vllm_generation, s.tokenizer, model)
+
+
+def sample_recorder(cfg: dict[str, Any], run_dir: Path, s: Setup):
+    """samples.jsonl (samples.py): answers read as the rewards read them (prefix + completion)."""
+    from grpo_recipes.evaluation.generation import end_ids
+    from grpo_recipes.train.samples import SampleRecorder
+
+    prefix = s.response_prefix
+    return SampleRecorder(
+        run_dir / "samples.jsonl",
+        every=cfg["log_samples_every"],
+        count=cfg["log_samples_count"],
+        judge=lambda texts, rows: s.taskset.judge([prefix + t for t in texts], rows),
+        max_completion_length=s.args.max_completion_length,
+        eos_token_ids=end_ids(s.model, s.tokenizer),  # as the fixed eval reads completions
+        report_to=s.args.report_to,
+    )

@@ -1,0 +1,213 @@
+"""`python_functions`: procedural Python functions with generated tests, a code task (tasks/code.py).
+
+"Write a Python function `add_7(x)` that returns x plus 7.": one template of `TEMPLATES` per problem,
+with a digit k and a letter c drawn, and `num_tests` asserts on inputs drawn for it. The one-liners are
+easy enough for a 135M model to pass sometimes; the two-step ones are harder.
+"""
+
+from __future__ import annotations
+
+import functools
+import string
+from collections.abc import Callable
+from dataclasses import dataclass
+from random import Random
+from typing import Any
+
+from reasoning_gym.factory import DATASETS, register_dataset
+
+from rewards.code import TestSuite
+from tasks.code import INSTRUCTION, CodeDataset, check_suite
+
+NAME = "python_functions"
+
+
+def _int_list(rng: Random) -> list[int]:
+    return [rng.randint(-9, 20) for _ in range(rng.randint(1, 6))]
+
+
+def _word(rng: Random) -> str:
+    return "".join(rng.choice(string.ascii_lowercase[:8]) for _ in range(rng.randint(1, 8)))
+
+
+def _an_int(lo: int, hi: int) -> Callable[[Random], tuple]:
+    return lambda rng: (rng.randint(lo, hi),)
+
+
+def _a_list(rng: Random) -> tuple:
+    return (_int_list(rng),)
+
+
+def _a_word(rng: Random) -> tuple:
+    return (_word(rng),)
+
+
+# name -> (signature, description, body, input maker); {k} / {c} are drawn per problem. The reference
+# solution is `def <signature>: <body>`: it is the entry's answer and computes the tests' expected values.
+TEMPLATES: dict[str, tuple[str, str, str, Callable[[Random], tuple]]] = {
+    "add_k": ("add_{k}(x)", "returns x plus {k}", "return x + {k}", _an_int(-50, 50)),
+    "times_k": ("times_{k}(x)", "returns x multiplied by {k}", "return x * {k}", _an_int(-20, 20)),
+    "is_multiple_of_k": (
+        "is_multiple_of_{k}(n)",
+        "returns True if n is divisible by {k}, else False",
+        "return n % {k} == 0",
+        _an_int(0, 60),
+    ),
+    "square": ("square(x)", "returns x squared", "return x * x", _an_int(-12, 12)),
+    "absolute": ("absolute(x)", "returns the absolute value of x", "return abs(x)", _an_int(-40, 40)),
+    "list_sum": ("list_sum(xs)", "returns the sum of the numbers in the list xs", "return sum(xs)", _a_list),
+    "list_max": (
+        "list_max(xs)",
+        "returns the largest number in the non-empty list xs",
+        "return max(xs)",
+        _a_list,
+    ),
+    "last_item": (
+        "last_item(xs)",
+        "returns the last element of the non-empty list xs",
+        "return xs[-1]",
+        _a_list,
+    ),
+    "count_evens": (
+        "count_evens(xs)",
+        "returns how many even numbers are in the list xs",
+        "return sum(1 for x in xs if x % 2 == 0)",
+        _a_list,
+    ),
+    "reverse_string": ("reverse_string(s)", "returns the string s reversed", "return s[::-1]", _a_word),
+    "repeat_k": ("repeat_{k}(s)", "returns the string s repeated {k} times", "return s * {k}", _a_word),
+    "count_char": (
+        "count_{c}(s)",
+        "returns how many times the letter '{c}' appears in the string s",
+        "return s.count('{c}')",
+        _a_word,
+    ),
+    "to_upper": ("to_upper(s)", "returns the string s in upper case", "return s.upper()", _a_word),
+    "is_palindrome": (
+        "is_palindrome(s)",
+        "returns True if the string s reads the same backwards, else False",
+        "return s == s[::-1]",
+        lambda rng: (rng.choice([_word(rng), "aba", "abba", "c"]),),
+    ),
+    # Two-step problems, harder than the one-liners above (the code preset's set; base rate not yet measured).
+    "sum_of_digits": (
+        "sum_of_digits(n)",
+        "returns the sum of the decimal digits of the non-negative integer n",
+        "return sum(int(d) for d in str(n))",
+        _an_int(0, 99999),
+    ),
+    "sum_evens": (
+        "sum_evens(xs)",
+        "returns the sum of the even numbers in the list xs",
+        "return sum(x for x in xs if x % 2 == 0)",
+        _a_list,
+    ),
+    "count_greater_k": (
+        "count_greater_than_{k}(xs)",
+        "returns how many numbers in the list xs are greater than {k}",
+        "return sum(1 for x in xs if x > {k})",
+        _a_list,
+    ),
+    "max_minus_min": (
+        "max_minus_min(xs)",
+        "returns the largest number in the non-empty list xs minus the smallest",
+        "return max(xs) - min(xs)",
+        _a_list,
+    ),
+    "remove_char": (
+        "remove_{c}(s)",
+        "returns the string s with every letter '{c}' removed",
+        "return s.replace('{c}', '')",
+        _a_word,
+    ),
+    "multiply_items_k": (
+        "multiply_items_by_{k}(xs)",
+        "returns a new list with every number of the list xs multiplied by {k}",
+        "return [x * {k} for x in xs]",
+        _a_list,
+    ),
+    "is_sorted": (
+        "is_sorted(xs)",
+        "returns True if the list xs is in non-decreasing order, else False",
+        "return xs == sorted(xs)",
+        lambda rng: (rng.choice([_int_list(rng), sorted(_int_list(rng))]),),
+    ),
+    "clamp_k": (
+        "clamp_{k}(x)",
+        "returns x limited to the range 0 to {k}: 0 if x is below 0, {k} if x is above {k}, else x",
+        "return max(0, min(x, {k}))",
+        _an_int(-20, 20),
+    ),
+}
+
+
+@functools.cache
+def _reference(source: str, entry_point: str) -> Callable:
+    """The template's own solution as a function (our source, never a model's)."""
+    namespace: dict[str, Any] = {}
+    exec(source, namespace)  # noqa: S102 - the fixed templates above, formatted with a digit and a letter
+    return namespace[entry_point]
+
+
+@dataclass
+class PythonFunctionsConfig:
+    templates: tuple[str, ...] | list[str] | None = None  # None: all of TEMPLATES
+    num_tests: int = 5
+    max_tests: int | None = None  # scored on at most this many (spread over the suite); None: all
+    test_timeout: float = 2.0
+    seed: int | None = None
+    size: int = 500
+
+    def validate(self) -> None:
+        unknown = sorted(set(self.templates or ()) - set(TEMPLATES))
+        assert not unknown, f"unknown templates {unknown}; available: {', '.join(TEMPLATES)}"
+        assert self.num_tests >= 1, "num_tests must be >= 1"
+        check_suite(self)
+
+
+class PythonFunctionsDataset(CodeDataset):
+    """'Write a Python function `add_7(x)` that returns x plus 7.' with generated asserts."""
+
+    def __init__(self, config: PythonFunctionsConfig):
+        super().__init__(config=config, seed=config.seed, size=config.size)
+        self.names = list(config.templates or TEMPLATES)
+
+    def __getitem__(self, idx: int) -> dict[str, Any]:
+        rng = Random(self.seed + idx)
+        name = rng.choice(self.names)
+        signature, description, body, make_input = TEMPLATES[name]
+        k, c = rng.randint(2, 9), rng.choice("abcdefgh")
+        signature, description, body = (t.format(k=k, c=c) for t in (signature, description, body))
+        entry_point = signature.split("(")[0]
+        answer = f"def {signature}:\n    {body}\n"
+        reference = _reference(answer, entry_point)
+        inputs, tries = [], 0
+        while len(inputs) < self.config.num_tests:  # distinct inputs where the input space allows
+            args, tries = make_input(rng), tries + 1
+            if args not in inputs or tries > 20 * self.config.num_tests:
+                inputs.append(args)
+        example = inputs[0]
+        tests = tuple(
+            (f"assert candidate({', '.join(map(repr, a))}) == {reference(*a)!r}", True) for a in inputs
+        )
+        suite = TestSuite(entry_point, tests)
+        question = (
+            f"Write a Python function `{signature}` that {description}.\n"
+            f"Example: {entry_point}({', '.join(map(repr, example))}) returns "
+            f"{reference(*example)!r}.\n{INSTRUCTION}"
+        )
+        return {
+            "question": question,
+            "answer": answer,
+            "metadata": {
+                "source_dataset": "python_functions",
+                "source_index": idx,
+                "template": name,
+                **suite.to_metadata(),
+            },
+        }
+
+
+def register() -> None:
+    if NAME not in DATASETS:
+        register_dataset(NAME, PythonFunctionsDataset, PythonFunctionsConfig)
