@@ -19,7 +19,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from rewards.code import TestSuite, run_suites
-    from rewards.sandbox import Executor
+    from rewards.sandbox.executor import Executor
     from tasks.code import HumanEvalConfig, HumanEvalDataset
     from tasks.python_functions import PythonFunctionsConfig, PythonFunctionsDataset
 

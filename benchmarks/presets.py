@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from benchmarks.common import ROOT, machine
-from grpo_recipes.outputs.report import load_evals
+from grpo_recipes.outputs.logs import load_evals
 
 # name -> (overrides, headline metric)
 PRESETS: dict[str, tuple[list[str], str]] = {

@@ -1,36 +1,14 @@
-"""Reading an answer out of text: the readers the answer formats chain (grpo_common/formats.py). Numbers
-are spelled as grpo_common/numbers.py writes them.
-
-A tag's answer is taken as written (lists like "1, 2, 3", sentences, JSON, `a < b`), with only
-decoration removed: markdown/`\\boxed{}` wrappers, a trailing full stop after a single-token
-answer ("42." -> "42"), and number spelling ("1,000" -> "1000"). On the `[ANSWER]` line an
-explanation after the answer is dropped: "42. Because ..." -> "42", "Yes, because ..." -> "Yes".
-A multi-line answer (grid, board, list of moves) goes on the lines after a bare `[ANSWER]` line:
-
-    ...reasoning...
-    [ANSWER]
-    1 2 3
-    4 5 6
-
-Without a tag, "the answer is X" reads X the same way (lists, expressions, sentences, a grid on the
-lines below), less the sentence's full stop. A reply that is nothing but an answer is read whole
-(`alone`): one line ("Paris", "2, 3, 5, 7", "6*6 - 3 - 9", "Riley is a knave, and Zoey is a knight.")
-or a block of lines with no prose in it (grids, boards, a list of moves). A yes/no/true/false that
-opens the reply is its answer ("No, because ..." -> "No"). Numbers keep their reading: a lone
-number, prose with a number in it ("The sum is 17.") and working that ends in a number are left to
-`last_number`, so no new reader takes a number from the rule that read it before.
-
+"""Reading an answer out of text: the readers the answer formats chain (formats.py; the rules are in the
+README, "Rewards"), and how a number is spelled once read ('1,000' -> '1000'). A tag's answer is taken as
+written, decoration off; a multi-line answer (grid, board, moves) goes on the lines after a bare `[ANSWER]`.
 Each reader returns the answer it found, or None; none raises, whatever the text.
 """
 
-from __future__ import annotations
-
 import re
-
-from grpo_common.numbers import is_number, normalize_number, same_number
 
 # A number as written in text: thousands commas only in groups of three ("1,000", not "1,2").
 _NUMBER = r"[-+]?\$?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?"
+_PLAIN = re.compile(r"([-+]?)\$?(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?")
 # The tag, then the rest of its line (one-line answer; empty: the answer is on the lines below).
 _TAG_LINE = re.compile(r"\[ANSWER\][: \t]*([^\n]*)", re.IGNORECASE)
 # Content up to the closing tag, never across another opening tag (linear on unclosed tags).
@@ -54,7 +32,6 @@ _BOXED = re.compile(r"\\boxed\{(.*)\}", re.DOTALL)
 # After "the answer is": a number followed by words or a bracket is that number ("17 apples", "17, which
 # is", "17 (12 + 5)"); followed by anything else it is part of the answer ("10.0 + 6.0i", "04:04").
 _NUMBER_THEN_WORDS = re.compile(r"(" + _NUMBER + r")(?=[.,;:!?]*\s+[^\W\d_]|\s*\()")
-# A one-word answer that opens a reply: a verdict before a break, or any word before its reason.
 _BREAK = r"(?=\s*(?:[.,;:!?]|[-\u2013\u2014]|\n|\Z))"
 _DECOR = r"[*_`]*"  # markdown; quotes are part of an answer ('"NO"' in codeio)
 _LEAD_VERDICT = re.compile(r"\A\s*" + _DECOR + r"(yes|no|true|false)\b" + _DECOR + _BREAK, re.IGNORECASE)
@@ -69,27 +46,33 @@ _WORD = re.compile(r"(?<![\w\\])[^\W\d_]{2,}(?![\w(])")
 _QUOTED = re.compile(r"\"[^\"\n]*\"|(?<![^\W\d_])'[^'\n]*'")
 _LITERALS = {"true", "false", "none", "null", "nan", "inf", "oo", "pi"}
 _LABEL = re.compile(r"\A\s*(?:final\s+)?answer\s*:", re.IGNORECASE)
-_DIGIT = re.compile(r"\d")
-_DIGITS = re.compile(r"\d+")
 # Only the first characters are searched: a huge completion cannot make extraction slow.
 MAX_CHARS = 20_000
 
 
+def is_number(text: str) -> bool:
+    """'1,000', '-$12', '2.50': a number as a sign, a dollar sign, digits and decimals write it."""
+    return bool(_PLAIN.fullmatch(text.strip()))
+
+
+def normalize_number(text: str) -> str:
+    """A number's spelling: '1,000' -> '1000', '$12' -> '12', '12.0' -> '12', '+5' -> '5', '-0' -> '0'.
+    Anything else is only stripped. Decimals that are not whole keep their digits ('2.50'): some verifiers
+    compare the reference's exact spelling (advanced_geometry's '0.480')."""
+    s = text.strip()
+    if not (m := _PLAIN.fullmatch(s)):
+        return s
+    sign, whole, frac = m.groups()
+    s = whole.replace(",", "") + (frac if frac and frac.strip(".0") else "")  # 12.0, 12.00 -> 12
+    return "-" + s if sign == "-" and s.strip("0.") else s
+
+
 def same_answer(answer: str, reference: str) -> bool:
-    """The same answer spelled apart: numbers alike once normalised, or texts alike but for a final full
-    stop (the extraction drops a sentence's stop: 'Zoey is a knight' for the reference 'Zoey is a
-    knight.')."""
-    return same_number(answer, reference) or (
+    """The same answer spelled apart: numbers alike normalised ('0.0', '0'), or texts but for a full stop."""
+    numbers = is_number(answer) and is_number(reference)
+    return (numbers and normalize_number(answer) == normalize_number(reference)) or (
         answer != reference and _drop_stop(answer.strip()) == _drop_stop(reference.strip())
     )
-
-
-def _clean(text: str) -> str:
-    """Strip markdown/latex decoration, quotes and trailing full stops around a phrase's answer."""
-    s = text.strip().strip("*`\"' ")
-    s = re.sub(r"^\\boxed\{(.*)\}$", r"\1", s)
-    s = s.rstrip(".").strip()
-    return normalize_number(s)
 
 
 def _clean_tag(text: str) -> str:
@@ -97,8 +80,7 @@ def _clean_tag(text: str) -> str:
     s = text
     for _ in range(2):  # '**\\boxed{42}.**', '**[ANSWER] 42**' (leaves '42**')
         s = s.strip().strip("*`").strip()
-        boxed = _BOXED.fullmatch(s)
-        if boxed:
+        if boxed := _BOXED.fullmatch(s):
             s = boxed.group(1)
         if s.endswith(".") and not re.search(r"\s", s):  # '42.', 'Yes.'; a sentence keeps its stop
             s = s.rstrip(".")
@@ -108,21 +90,21 @@ def _clean_tag(text: str) -> str:
 def _tag_line_answer(line: str) -> str:
     """The answer on an `[ANSWER]` line, without an explanation after it."""
     s = line.strip()
-    brk = _SENTENCE_BREAK.search(s)
-    if brk:
+    if brk := _SENTENCE_BREAK.search(s):
         s = s[: brk.start() + 1]  # the stop stays: a sentence answer keeps it, '42.' loses it in _clean_tag
     expl = _EXPLANATION.match(s)
-    if expl:
-        s = expl.group(1) or expl.group(2)
-    return s
+    return (expl.group(1) or expl.group(2)) if expl else s
+
+
+def _line_answer(line: str) -> str:
+    """One line that is an answer: its opening word before a reason, else the line less an explanation."""
+    return _clean_tag(_drop_stop(_tag_line_answer(_lead(line) or line)))
 
 
 def tag(text: str) -> str | None:
     """The last tag that holds an answer."""
-    found = [(m.start(), m) for m in _TAG_LINE.finditer(text)] + [
-        (m.start(), m) for m in _TAG_XML.finditer(text)
-    ]
-    for _, m in sorted(found, key=lambda p: p[0], reverse=True):
+    found = [*_TAG_LINE.finditer(text), *_TAG_XML.finditer(text)]
+    for m in sorted(found, key=lambda m: m.start(), reverse=True):
         if m.re is _TAG_XML:
             value = m.group(1)
         elif m.group(1).strip():
@@ -130,35 +112,27 @@ def tag(text: str) -> str | None:
         else:  # a bare `[ANSWER]` line: the answer is the block below it, up to the next tag
             nxt = _NEXT_TAG.search(text, m.end())
             value = text[m.end() : nxt.start() if nxt else len(text)]
-        value = _clean_tag(value)
-        if value:
+        if value := _clean_tag(value):
             return value
     return None
 
 
-def _phrase_answer(line: str, rest: str | None) -> str:
-    """X in "the answer is X": its line, or (`rest`: the text from X on, given for the last phrase only)
-    the lines below too when they are nothing but the answer (a grid). '17 apples' -> '17'."""
-    s = line.strip().strip("*`")
-    number = _NUMBER_THEN_WORDS.match(s)
-    if number:
-        return _clean(number.group(1))
-    whole = alone(rest) if rest is not None else None
-    return whole or _clean_tag(_drop_stop(_tag_line_answer(_lead_or_line(s))))
-
-
 def phrase(text: str) -> str | None:
-    """The last "answer is x" or "= x" in the text."""
+    """The last "answer is x" or "= x" in the text; x as on a tag line ('17 apples' -> '17'). Only the last
+    "answer is" may run over several lines (a grid below it): an earlier one has a later phrase below it."""
     best_pos, best = -1, None
     said = list(_ANSWER_IS.finditer(text))
     for i, m in enumerate(said):
-        # Only the last phrase may run over several lines: an earlier one has a later phrase below it.
-        value = _phrase_answer(m.group(1), text[m.start(1) :] if i == len(said) - 1 else None)
+        s = m.group(1).strip().strip("*`")
+        if number := _NUMBER_THEN_WORDS.match(s):
+            value = normalize_number(number.group(1))
+        else:
+            value = (alone(text[m.start(1) :]) if i == len(said) - 1 else None) or _line_answer(s)
         if value and m.start() > best_pos:
             best_pos, best = m.start(), value
     for m in _EQUALS.finditer(text):
         if m.start() > best_pos:
-            best_pos, best = m.start(), _clean(m.group(1))
+            best_pos, best = m.start(), normalize_number(m.group(1))
     return best
 
 
@@ -174,23 +148,13 @@ def _lead(text: str) -> str | None:
     return m.group(1) if m else None
 
 
-def _lead_or_line(line: str) -> str:
-    return _lead(line) or line
-
-
 def lead_word(text: str) -> str | None:
-    """A one-word answer that opens the reply: yes/no/true/false before a break, or any word before
-    'because'/'since'."""
+    """A one-word answer that opens the reply: yes/no/true/false, or any word before 'because'/'since'."""
     return _lead(_after_reasoning(text))
 
 
-def _prose_with_number(text: str) -> bool:
-    """'The sum is 17', '12 + 5 is 17', 'Move disk 1 from Peg 3': a number among words (quoted strings,
-    function names and literals such as None or pi are not words: '{"ratio": 7.7}', 'sin(2*x) + C')."""
-    return bool(_DIGIT.search(text)) and _has_words(text)
-
-
 def _has_words(text: str) -> bool:
+    """Prose: quoted strings, function names and literals such as None or pi are not words."""
     return any(w.lower() not in _LITERALS for w in _WORD.findall(_QUOTED.sub(" ", text)))
 
 
@@ -202,8 +166,8 @@ def _is_block(lines: list[str]) -> bool:
         return False  # a sentence's stop ends the answer before the last line
     if not any(_has_words(ln) for ln in lines):
         return True
-    patterns = {_DIGITS.sub("#", ln.strip()) for ln in lines}
-    return len(patterns) == 1 and len(set(lines)) > 1 and bool(_DIGIT.search(lines[0]))
+    patterns = {re.sub(r"\d+", "#", ln.strip()) for ln in lines}
+    return len(patterns) == 1 and len(set(lines)) > 1 and bool(re.search(r"\d", lines[0]))
 
 
 def _drop_stop(text: str) -> str:
@@ -213,15 +177,15 @@ def _drop_stop(text: str) -> str:
 
 def alone(text: str) -> str | None:
     """The whole reply, when it is nothing but an answer: one line (an explanation after it dropped as on
-    a tag line) or a block of lines; its full stop dropped. A lone number is `last_number`'s reading."""
+    a tag line) or a block of lines; its full stop dropped. A lone number, and prose with a number in it
+    ('The sum is 17.'), are `last_number`'s reading, so numeric replies keep the rule that read them."""
     s = _after_reasoning(text).strip()
     if not s or _NEXT_TAG.search(s):  # an empty tag is no answer, and no part of one
         return None
-    lines = s.splitlines()
-    if len(lines) == 1:
-        if _prose_with_number(s):
+    if len(s.splitlines()) == 1:
+        if re.search(r"\d", s) and _has_words(s):
             return None
-        value = _clean_tag(_drop_stop(_tag_line_answer(_lead_or_line(s))))
+        value = _line_answer(s)
     elif _is_block(_drop_stop(s).splitlines()):
         value = _clean_tag(_drop_stop(s))
     else:
@@ -230,6 +194,5 @@ def alone(text: str) -> str | None:
 
 
 def last_number(text: str) -> str | None:
-    """The last number in the text."""
     numbers = _LAST_NUMBER.findall(text)
-    return _clean(numbers[-1]) if numbers else None
+    return normalize_number(numbers[-1]) if numbers else None

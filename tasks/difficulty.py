@@ -1,13 +1,8 @@
 """Adaptive difficulty: a level per task, from reasoning-gym's own curricula (`reasoning_gym.coaching`).
-
-A task's level is its curriculum's global level (`BaseCurriculum.set_global_level`: every attribute
-at that level, or at its last one); its config at a level is the curriculum's `generate_configuration`
-over the task's config as written, so keys no attribute governs keep the user's value. The level
-moves with the task's rolling training accuracy (`LevelController`), fed with the verdicts the
-rewards use (`VerdictRecorder`, called from the accuracy reward).
+A task's level is its curriculum's global level; its config there is the curriculum's configuration over
+the task's config as written (keys no attribute governs keep the user's value). The level follows the
+task's rolling training accuracy (`LevelController`), fed by the accuracy reward (`VerdictRecorder`).
 """
-
-from __future__ import annotations
 
 import dataclasses
 from collections import deque
@@ -16,13 +11,14 @@ from typing import Any
 
 from reasoning_gym.factory import create_curriculum, has_curriculum
 
-from tasks.registry import _MANAGED_KEYS
+from tasks.registry import MANAGED_KEYS, registered
 
 Verdict = tuple[str, int, bool]  # (task, level the problem was drawn at, correct)
 
 
 def top_level(task: str) -> int | None:
     """The highest level of `task`'s curriculum (its longest attribute's last level); None: no curriculum."""
+    registered(task)  # ours register on first use
     if not has_curriculum(task):
         return None
     return max(len(attr.levels) for attr in create_curriculum(task).attributes.values()) - 1
@@ -30,6 +26,7 @@ def top_level(task: str) -> int | None:
 
 def config_at(task: str, level: int, config: Mapping[str, Any]) -> dict[str, Any]:
     """`task`'s config at `level`: its curriculum's attributes at that level over `config`; validated."""
+    registered(task)
     curriculum = create_curriculum(task)
     curriculum.set_global_level(level)
     generated = curriculum.generate_configuration(defaults=dict(config))
@@ -38,28 +35,16 @@ def config_at(task: str, level: int, config: Mapping[str, Any]) -> dict[str, Any
     return {
         f.name: getattr(generated, f.name)
         for f in dataclasses.fields(generated)
-        if f.init and f.name not in _MANAGED_KEYS  # seed and size stay the recipe's
+        if f.init and f.name not in MANAGED_KEYS  # seed and size stay the recipe's
     }
 
 
 class LevelController:
-    """Each task's level from its rolling accuracy over the last `window` verdicts at that level.
+    """Each task's level from its rolling accuracy over the last `window` verdicts at that level: a full
+    window at accuracy >= `raise_at` moves it one level up, one below `lower_at` one down, within [0, its top
+    level], and starts empty at the new level. Verdicts on problems drawn at another level do not count."""
 
-    A full window at accuracy >= `raise_at` moves the task one level up, one below `lower_at` one
-    level down, within [0, its top level]; the window then starts empty at the new level. Verdicts on
-    problems drawn at another level (drawn before a change took effect) are not counted.
-    """
-
-    def __init__(
-        self,
-        top_levels: Mapping[str, int],
-        start_level: int = 0,
-        raise_at: float = 0.7,
-        lower_at: float = 0.3,
-        window: int = 64,
-    ):
-        if not (0 <= lower_at <= raise_at <= 1 and window >= 1 and start_level >= 0):
-            raise ValueError("need 0 <= lower_at <= raise_at <= 1, window >= 1, start_level >= 0")
+    def __init__(self, top_levels: Mapping[str, int], start_level=0, raise_at=0.7, lower_at=0.3, window=64):
         self.top_levels = dict(top_levels)
         self.raise_at, self.lower_at, self.window = raise_at, lower_at, window
         self.levels = {task: min(start_level, top) for task, top in self.top_levels.items()}

@@ -1,17 +1,12 @@
-"""The file tasks' loader (qa_file, code_file): a table of rows from a path.
-
-A path is a local .jsonl, .json, .csv, .tsv or .parquet file (.jsonl/.json/.csv/.tsv may be gzipped:
-.jsonl.gz), a directory written by `datasets.save_to_disk`, or a hub dataset name loaded with
-`datasets.load_dataset` (offline only from the local HF cache). Each error is one line naming the path.
+"""The file tasks' loader (qa_file, code_file): a table of rows from a local .jsonl, .json, .csv, .tsv or
+.parquet file (the text ones may be gzipped: .jsonl.gz), a `datasets.save_to_disk` directory, or a hub
+dataset name (`datasets.load_dataset`, offline only from the local HF cache). Each error is one line.
 """
-
-from __future__ import annotations
 
 import csv
 import gzip
 import io
 import json
-import os
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -24,6 +19,7 @@ UNSET = (None, "", "???")  # ??? is Hydra's "required" marker (config/dataset/*.
 # Suffixes that make a name a file path rather than a hub dataset name (read, or refused with a message).
 _FILE_SUFFIXES = set(FORMATS) | {".gz", ".zip", ".bz2", ".xz", ".zst", ".ndjson", ".pq", ".arrow", ".feather"}
 _FILE_SUFFIXES |= {".txt", ".md", ".yaml", ".yml", ".xlsx", ".xls", ".pkl", ".pickle"}
+_HUB_NAME = re.compile(r"[\w.-]+(/[\w.-]+)?")
 
 
 @dataclass
@@ -50,36 +46,9 @@ class Table:
 
 
 def _looks_local(path: str) -> bool:
+    """A path, not a hub name ('owner/name'): './x', a file suffix, or what a hub id cannot hold ('~')."""
     suffixes = {s.lower() for s in Path(path).suffixes}
-    return (
-        path.startswith(("/", "./", "../", "~", ".\\"))
-        or os.path.isabs(path)
-        or "\\" in path
-        or path.count("/") > 1
-        or bool(suffixes & _FILE_SUFFIXES)
-        or not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", path)
-    )
-
-
-def _kind(path: Path) -> tuple[str | None, bool]:
-    """('jsonl' | 'json' | 'csv' | 'tsv' | 'parquet' | None, gzipped)."""
-    suffixes = [s.lower() for s in path.suffixes]
-    gz = bool(suffixes) and suffixes[-1] == ".gz"
-    ext = suffixes[-2] if gz and len(suffixes) > 1 else (suffixes[-1] if suffixes and not gz else "")
-    kind = FORMATS.get(ext)
-    return (None if gz and kind == "parquet" else kind), gz
-
-
-def _rows_to_table(source: str, rows: list) -> Table:
-    columns: dict[str, None] = {}
-    for i, row in enumerate(rows):
-        if not isinstance(row, dict):
-            raise ValueError(  # noqa: TRY004 - bad user data, reported like every other config error
-                f"path '{source}': row {i} is {type(row).__name__}, not an object with named columns"
-            )
-        columns.update(dict.fromkeys(map(str, row)))
-    data = {c: [row.get(c) for row in rows] for c in columns}
-    return Table(source, list(columns), len(rows), data)
+    return path.startswith(("./", "../")) or bool(suffixes & _FILE_SUFFIXES) or not _HUB_NAME.fullmatch(path)
 
 
 def _json_lines(source: str, text: str) -> list:
@@ -95,8 +64,6 @@ def _json_lines(source: str, text: str) -> list:
 
 def _json_rows(source: str, text: str) -> list:
     """A list of objects, {"<key>": [objects]}, {column: [values]}, or JSON Lines in a .json file."""
-    if not text.strip():
-        return []
     try:
         data = json.loads(text)
     except json.JSONDecodeError:
@@ -116,9 +83,10 @@ def _json_rows(source: str, text: str) -> list:
 
 
 def _read_file(path: Path) -> Table:
-    source = str(path)
-    kind, gz = _kind(path)
-    if kind is None:
+    source, suffixes = str(path), [s.lower() for s in path.suffixes]
+    gz = suffixes[-1:] == [".gz"]
+    kind = FORMATS.get("".join(suffixes[-2:-1] if gz else suffixes[-1:]))
+    if kind is None or (gz and kind == "parquet"):
         raise ValueError(
             f"path '{source}': unsupported file type '{''.join(path.suffixes) or '(none)'}'; "
             f"use {SUPPORTED}, or a hub dataset name"
@@ -140,47 +108,20 @@ def _read_file(path: Path) -> Table:
         raise ValueError(
             f"path '{source}' could not be read as {kind}{' (gzip)' if gz else ''} UTF-8 text: {err}"
         ) from None
-    if kind == "jsonl":
-        return _rows_to_table(source, _json_lines(source, text))
-    if kind == "json":
-        return _rows_to_table(source, _json_rows(source, text))
+    if kind in ("jsonl", "json"):
+        rows = (_json_lines if kind == "jsonl" else _json_rows)(source, text)
+        columns: dict[str, None] = {}
+        for i, row in enumerate(rows):
+            if not isinstance(row, dict):
+                raise ValueError(  # noqa: TRY004 - bad user data, reported like every other config error
+                    f"path '{source}': row {i} is {type(row).__name__}, not an object with named columns"
+                )
+            columns.update(dict.fromkeys(map(str, row)))
+        return Table(source, list(columns), len(rows), {c: [row.get(c) for row in rows] for c in columns})
     reader = csv.DictReader(io.StringIO(text, newline=""), delimiter="\t" if kind == "tsv" else ",")
     rows = list(reader)
     columns = [c for c in (reader.fieldnames or []) if c is not None]
     return Table(source, columns, len(rows), {c: [r.get(c) for r in rows] for c in columns})
-
-
-def _read_saved(path: Path, split: str) -> Table:
-    import datasets
-
-    try:
-        ds = datasets.load_from_disk(str(path))
-    except Exception:  # noqa: BLE001
-        raise ValueError(
-            f"path '{path}' is a directory but not one written by datasets' save_to_disk; "
-            f"point path at a file: {SUPPORTED}"
-        ) from None
-    if isinstance(ds, datasets.DatasetDict):
-        if split not in ds:
-            raise ValueError(f"split '{split}' is not in '{path}'; its splits: {', '.join(ds)}")
-        ds = ds[split]
-    return Table(f"{path} (split '{split}')", list(ds.column_names), len(ds), ds)
-
-
-def _read_hub(name: str, subset: str | None, split: str) -> Table:
-    import datasets
-
-    label = f"hub dataset '{name}'" + (f" (subset '{subset}')" if subset else "") + f", split '{split}'"
-    try:
-        ds = datasets.load_dataset(name, subset, split=split)
-    except Exception as err:  # noqa: BLE001 - offline, unknown name, unknown split, missing subset...
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ValueError(
-            f"path '{name}' is not a local file, and loading it as a {label} failed: {first}. Without "
-            "internet a hub dataset loads only from the local HF cache; otherwise give a local file: "
-            f"{SUPPORTED}"
-        ) from None
-    return Table(label, list(ds.column_names), len(ds), ds)
 
 
 @lru_cache(maxsize=4)
@@ -189,9 +130,34 @@ def read(key: tuple) -> Table:
     kind, where, *rest = key
     if kind == "file":
         return _read_file(Path(where))
+    import datasets
+
     if kind == "dir":
-        return _read_saved(Path(where), rest[-1])
-    return _read_hub(where, rest[0], rest[1])
+        split = rest[-1]
+        try:
+            ds = datasets.load_from_disk(where)
+        except Exception:  # noqa: BLE001
+            raise ValueError(
+                f"path '{where}' is a directory but not one written by datasets' save_to_disk; "
+                f"point path at a file: {SUPPORTED}"
+            ) from None
+        if isinstance(ds, datasets.DatasetDict):
+            if split not in ds:
+                raise ValueError(f"split '{split}' is not in '{where}'; its splits: {', '.join(ds)}")
+            ds = ds[split]
+        return Table(f"{where} (split '{split}')", list(ds.column_names), len(ds), ds)
+    subset, split = rest
+    label = f"hub dataset '{where}'" + (f" (subset '{subset}')" if subset else "") + f", split '{split}'"
+    try:
+        ds = datasets.load_dataset(where, subset, split=split)
+    except Exception as err:  # noqa: BLE001 - offline, unknown name, unknown split, missing subset...
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(
+            f"path '{where}' is not a local file, and loading it as a {label} failed: {first}. Without "
+            "internet a hub dataset loads only from the local HF cache; otherwise give a local file: "
+            f"{SUPPORTED}"
+        ) from None
+    return Table(label, list(ds.column_names), len(ds), ds)
 
 
 def source_key(path: Any, split: str = "train", subset: str | None = None) -> tuple:
@@ -210,8 +176,3 @@ def source_key(path: Any, split: str = "train", subset: str | None = None) -> tu
     if _looks_local(str(path)):
         raise ValueError(f"path '{path}' does not exist (expected a {SUPPORTED} file or a hub dataset name)")
     return ("hub", str(path), subset, split)
-
-
-def load_table(path: Any, split: str = "train", subset: str | None = None) -> Table:
-    """The file or hub dataset at `path`, read once per (path, modification time, split)."""
-    return read(source_key(path, split, subset))

@@ -1,13 +1,8 @@
-"""Training problems drawn on the fly at each task's current level.
-
-Index `i` maps to one problem per level: reasoning-gym's composite draws it from `seed + i` (task by
-weight, then the task's own generator), so every completion of a group, which TRL fetches by the same
-index, gets the same problem. A level change rebuilds that task's generator
-(`CompositeDataset.update_dataset_config`, as reasoning-gym's `CurriculumExperiment` does). A problem
-whose question is held out (the fixed eval) is redrawn from index `i + size`, `i + 2 * size`, ...
+"""Training problems drawn on the fly at each task's current level. Index `i` is one problem per level,
+drawn by reasoning-gym's composite from `seed + i`, so every completion of a group (TRL fetches them by the
+same index) gets the same problem; a held-out question is redrawn from `i + size`, `i + 2 * size`, ... A
+level change rebuilds that task's generator, as reasoning-gym's `CurriculumExperiment` does.
 """
-
-from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
@@ -22,21 +17,12 @@ MAX_DRAWS = 16  # draws per index before giving up: the held-out set covers (nea
 class LeveledTasks:
     """`size` problems of the mixture `spec` (TaskSet.spec), the tasks in `levels` at their level."""
 
-    def __init__(
-        self,
-        spec: Mapping[str, Mapping[str, Any]],
-        levels: Mapping[str, int],
-        size: int,
-        seed: int,
-        exclude_questions: set[str] | frozenset[str] = frozenset(),
-    ):
+    def __init__(self, spec: Mapping, levels: Mapping[str, int], size: int, seed: int, exclude_questions=()):
         self.spec, self.levels = spec, dict(levels)
         self.size, self.exclude = size, exclude_questions
-        datasets = [DatasetSpec(name, s["weight"], self._config(name)) for name, s in spec.items()]
+        specs = [DatasetSpec(name, s["weight"], self._config(name)) for name, s in spec.items()]
         # sized for the redraws: a few generators (word_ladder) refuse an index past their size
-        self._composite = CompositeDataset(
-            CompositeConfig(size=size * MAX_DRAWS, seed=seed, datasets=datasets)
-        )
+        self._composite = CompositeDataset(CompositeConfig(size=size * MAX_DRAWS, seed=seed, datasets=specs))
         self._drawn: dict[int, dict[str, Any]] = {}  # TRL fetches each index once per reuse of a batch
 
     def _config(self, task: str) -> dict[str, Any]:
@@ -55,17 +41,13 @@ class LeveledTasks:
     def __getitem__(self, idx: int) -> dict[str, Any]:
         """The problem at `idx` at the current levels; its `level` is the task's (None: no curriculum)."""
         if idx not in self._drawn:
-            self._drawn[idx] = self._draw(idx)
+            draws = (self._composite[idx + attempt * self.size] for attempt in range(MAX_DRAWS))
+            entry = next((e for e in draws if e["question"] not in self.exclude), None)
+            if entry is None:
+                raise RuntimeError(
+                    f"training problem {idx}: {MAX_DRAWS} draws were all fixed-eval problems at levels "
+                    f"{self.levels}; the eval set covers (nearly) every problem of a level: lower eval.size "
+                    "(or the curriculum's per-level eval problems)"
+                )
+            self._drawn[idx] = {**entry, "level": self.levels.get(entry["metadata"].get("source_dataset"))}
         return self._drawn[idx]
-
-    def _draw(self, idx: int) -> dict[str, Any]:
-        for attempt in range(MAX_DRAWS):
-            entry = self._composite[idx + attempt * self.size]
-            if entry["question"] not in self.exclude:
-                task = entry["metadata"].get("source_dataset")
-                return {**entry, "level": self.levels.get(task)}
-        raise RuntimeError(
-            f"training problem {idx}: {MAX_DRAWS} draws were all fixed-eval problems at levels "
-            f"{self.levels}; the eval set covers (nearly) every problem of a level: lower eval.size "
-            "(or dataset.curriculum.eval_per_level)"
-        )

@@ -1,11 +1,8 @@
 """`python_functions`: procedural Python functions with generated tests, a code task (tasks/code.py).
 
-"Write a Python function `add_7(x)` that returns x plus 7.": one template of `TEMPLATES` per problem,
-with a digit k and a letter c drawn, and `num_tests` asserts on inputs drawn for it. The one-liners are
-easy enough for a 135M model to pass sometimes; the two-step ones are harder.
+"Write a Python function `add_7(x)` that returns x plus 7.": a template of `TEMPLATES` with a digit k and
+a letter c drawn, and `num_tests` asserts on arguments drawn for it.
 """
-
-from __future__ import annotations
 
 import functools
 import string
@@ -30,21 +27,13 @@ def _word(rng: Random) -> str:
     return "".join(rng.choice(string.ascii_lowercase[:8]) for _ in range(rng.randint(1, 8)))
 
 
-def _an_int(lo: int, hi: int) -> Callable[[Random], tuple]:
-    return lambda rng: (rng.randint(lo, hi),)
+def _an_int(lo: int, hi: int) -> Callable[[Random], int]:
+    return lambda rng: rng.randint(lo, hi)
 
 
-def _a_list(rng: Random) -> tuple:
-    return (_int_list(rng),)
-
-
-def _a_word(rng: Random) -> tuple:
-    return (_word(rng),)
-
-
-# name -> (signature, description, body, input maker); {k} / {c} are drawn per problem. The reference
+# name -> (signature, description, body, argument maker); {k} / {c} are drawn per problem. The reference
 # solution is `def <signature>: <body>`: it is the entry's answer and computes the tests' expected values.
-TEMPLATES: dict[str, tuple[str, str, str, Callable[[Random], tuple]]] = {
+TEMPLATES: dict[str, tuple[str, str, str, Callable[[Random], Any]]] = {
     "add_k": ("add_{k}(x)", "returns x plus {k}", "return x + {k}", _an_int(-50, 50)),
     "times_k": ("times_{k}(x)", "returns x multiplied by {k}", "return x * {k}", _an_int(-20, 20)),
     "is_multiple_of_k": (
@@ -55,39 +44,44 @@ TEMPLATES: dict[str, tuple[str, str, str, Callable[[Random], tuple]]] = {
     ),
     "square": ("square(x)", "returns x squared", "return x * x", _an_int(-12, 12)),
     "absolute": ("absolute(x)", "returns the absolute value of x", "return abs(x)", _an_int(-40, 40)),
-    "list_sum": ("list_sum(xs)", "returns the sum of the numbers in the list xs", "return sum(xs)", _a_list),
+    "list_sum": (
+        "list_sum(xs)",
+        "returns the sum of the numbers in the list xs",
+        "return sum(xs)",
+        _int_list,
+    ),
     "list_max": (
         "list_max(xs)",
         "returns the largest number in the non-empty list xs",
         "return max(xs)",
-        _a_list,
+        _int_list,
     ),
     "last_item": (
         "last_item(xs)",
         "returns the last element of the non-empty list xs",
         "return xs[-1]",
-        _a_list,
+        _int_list,
     ),
     "count_evens": (
         "count_evens(xs)",
         "returns how many even numbers are in the list xs",
         "return sum(1 for x in xs if x % 2 == 0)",
-        _a_list,
+        _int_list,
     ),
-    "reverse_string": ("reverse_string(s)", "returns the string s reversed", "return s[::-1]", _a_word),
-    "repeat_k": ("repeat_{k}(s)", "returns the string s repeated {k} times", "return s * {k}", _a_word),
+    "reverse_string": ("reverse_string(s)", "returns the string s reversed", "return s[::-1]", _word),
+    "repeat_k": ("repeat_{k}(s)", "returns the string s repeated {k} times", "return s * {k}", _word),
     "count_char": (
         "count_{c}(s)",
         "returns how many times the letter '{c}' appears in the string s",
         "return s.count('{c}')",
-        _a_word,
+        _word,
     ),
-    "to_upper": ("to_upper(s)", "returns the string s in upper case", "return s.upper()", _a_word),
+    "to_upper": ("to_upper(s)", "returns the string s in upper case", "return s.upper()", _word),
     "is_palindrome": (
         "is_palindrome(s)",
         "returns True if the string s reads the same backwards, else False",
         "return s == s[::-1]",
-        lambda rng: (rng.choice([_word(rng), "aba", "abba", "c"]),),
+        lambda rng: rng.choice([_word(rng), "aba", "abba", "c"]),
     ),
     # Two-step problems, harder than the one-liners above (the code preset's set; base rate not yet measured).
     "sum_of_digits": (
@@ -100,37 +94,37 @@ TEMPLATES: dict[str, tuple[str, str, str, Callable[[Random], tuple]]] = {
         "sum_evens(xs)",
         "returns the sum of the even numbers in the list xs",
         "return sum(x for x in xs if x % 2 == 0)",
-        _a_list,
+        _int_list,
     ),
     "count_greater_k": (
         "count_greater_than_{k}(xs)",
         "returns how many numbers in the list xs are greater than {k}",
         "return sum(1 for x in xs if x > {k})",
-        _a_list,
+        _int_list,
     ),
     "max_minus_min": (
         "max_minus_min(xs)",
         "returns the largest number in the non-empty list xs minus the smallest",
         "return max(xs) - min(xs)",
-        _a_list,
+        _int_list,
     ),
     "remove_char": (
         "remove_{c}(s)",
         "returns the string s with every letter '{c}' removed",
         "return s.replace('{c}', '')",
-        _a_word,
+        _word,
     ),
     "multiply_items_k": (
         "multiply_items_by_{k}(xs)",
         "returns a new list with every number of the list xs multiplied by {k}",
         "return [x * {k} for x in xs]",
-        _a_list,
+        _int_list,
     ),
     "is_sorted": (
         "is_sorted(xs)",
         "returns True if the list xs is in non-decreasing order, else False",
         "return xs == sorted(xs)",
-        lambda rng: (rng.choice([_int_list(rng), sorted(_int_list(rng))]),),
+        lambda rng: rng.choice([_int_list(rng), sorted(_int_list(rng))]),
     ),
     "clamp_k": (
         "clamp_{k}(x)",
@@ -168,6 +162,8 @@ class PythonFunctionsConfig:
 class PythonFunctionsDataset(CodeDataset):
     """'Write a Python function `add_7(x)` that returns x plus 7.' with generated asserts."""
 
+    task = NAME
+
     def __init__(self, config: PythonFunctionsConfig):
         super().__init__(config=config, seed=config.seed, size=config.size)
         self.names = list(config.templates or TEMPLATES)
@@ -183,29 +179,16 @@ class PythonFunctionsDataset(CodeDataset):
         reference = _reference(answer, entry_point)
         inputs, tries = [], 0
         while len(inputs) < self.config.num_tests:  # distinct inputs where the input space allows
-            args, tries = make_input(rng), tries + 1
-            if args not in inputs or tries > 20 * self.config.num_tests:
-                inputs.append(args)
-        example = inputs[0]
-        tests = tuple(
-            (f"assert candidate({', '.join(map(repr, a))}) == {reference(*a)!r}", True) for a in inputs
-        )
+            arg, tries = make_input(rng), tries + 1
+            if arg not in inputs or tries > 20 * self.config.num_tests:
+                inputs.append(arg)
+        tests = tuple((f"assert candidate({a!r}) == {reference(a)!r}", True) for a in inputs)
         suite = TestSuite(entry_point, tests)
         question = (
             f"Write a Python function `{signature}` that {description}.\n"
-            f"Example: {entry_point}({', '.join(map(repr, example))}) returns "
-            f"{reference(*example)!r}.\n{INSTRUCTION}"
+            f"Example: {entry_point}({inputs[0]!r}) returns {reference(inputs[0])!r}.\n{INSTRUCTION}"
         )
-        return {
-            "question": question,
-            "answer": answer,
-            "metadata": {
-                "source_dataset": "python_functions",
-                "source_index": idx,
-                "template": name,
-                **suite.to_metadata(),
-            },
-        }
+        return self.entry(idx, question, answer, suite, template=name)
 
 
 def register() -> None:

@@ -42,8 +42,7 @@ def test_the_defaults_and_every_preset_pass_the_whole_check():
         p.stem for p in (Path(__file__).parents[1] / "config/experiment").glob("*.yaml")
     ):
         cfg = composed(*([f"experiment={preset}"] if preset else []))
-        check_config(cfg)
-        check_trainer_config(cfg)
+        check_trainer_config(cfg, check_config(cfg))
 
 
 def test_every_declared_grpo_knob_is_a_field_of_the_installed_trl_or_the_recipes_own():
@@ -163,3 +162,45 @@ def test_overrides_yaml_keeps_the_first_entry_and_merges_later_ones(tmp_path):
     assert "max_steps=20" in resume.saved_overrides(tmp_path)
     (tmp_path / "overrides.yaml").write_text("- a=1\n- b=2\n")  # written by an older version
     assert resume.saved_overrides(tmp_path) == ["a=1", "b=2"]
+
+
+# Each knob's facts live in one declaration; these are the places where copies once disagreed.
+
+
+def test_every_loss_type_the_installed_trl_supports_is_accepted_and_no_other():
+    from grpo_recipes.config.checks import check_config
+    from grpo_recipes.config.trainer_args import (
+        check_trainer_config,
+        recipe_grpo_config_class,
+        supported_values,
+    )
+
+    supported = supported_values(recipe_grpo_config_class(), "loss_type")
+    assert {"grpo", "dapo", "dr_grpo", "bnpo", "cispo", "sapo"} <= set(supported)  # read from TRL, not a copy
+    for loss in ("sapo", supported[-1]):
+        cfg = composed(f"grpo.loss_type={loss}", "model=tiny_random")
+        check_trainer_config(cfg, check_config(cfg))
+    with pytest.raises(ConfigError, match="grpo.loss_type=nosuch: expected one of: " + ", ".join(supported)):
+        cfg = composed("grpo.loss_type=nosuch", "model=tiny_random")
+        check_trainer_config(cfg, check_config(cfg))
+
+
+def test_consumers_get_the_declared_defaults_not_their_own():
+    from grpo_common.formats import AnswerTag
+    from grpo_recipes.config.knobs import KNOBS
+    from grpo_recipes.train.data import system_prompt
+
+    cfg = composed()  # the default run: answer_tag (data.py once fell back to plain) and 2 printed examples
+    assert system_prompt(cfg["dataset"]) == AnswerTag.system_prompt
+    assert cfg["eval"]["print_examples"] == KNOBS["eval.print_examples"].default == 2
+
+
+def test_a_bool_reward_weight_is_refused_by_the_check_and_the_registry_alike():
+    from rewards import RewardContext, build_rewards
+
+    for weight in (True, False):
+        cfg = composed(f"dataset.rewards.accuracy.weight={str(weight).lower()}")
+        with pytest.raises(ConfigError, match=r"dataset\.rewards\.accuracy"):
+            check_values(cfg)
+        with pytest.raises(ConfigError, match=r"dataset\.rewards\.accuracy\.weight must be a number"):
+            build_rewards(cfg["dataset"]["rewards"], RewardContext(lambda a, e: 0.0, "answer_tag", 32))

@@ -6,13 +6,8 @@ import functools
 import pytest
 import torch
 
-from grpo_recipes.train.dynamic_sampling import (
-    DynamicSamplingTrainer,
-    merge_rows,
-    trainer_class,
-    varied_groups,
-)
-from grpo_recipes.train.sampling_kl import SAMPLING_LOGPS, SamplingKLTrainer
+from grpo_recipes.train.dynamic_sampling import DynamicSamplingTrainer, merge_rows, varied_groups
+from grpo_recipes.train.sampling_kl import SAMPLING_LOGPS, SamplingKLTrainer, trainer_class
 from tests.conftest import declared, tiny_trainer
 
 # TRL 1.16 calls transformers' deprecated alias on every generation (as run.py, this one warning only).
@@ -113,7 +108,7 @@ def test_merge_pads_prompts_left_and_completions_right():
         SAMPLING_LOGPS: torch.tensor([[-0.3, -0.4, nan]]),
         "num_items_in_batch": torch.tensor(2),
     }
-    merged = merge_rows([(a, torch.tensor([1])), (b, torch.tensor([0]))], pad_token_id=0)
+    merged = merge_rows([(a, 1), (b, 0)], pad_token_id=0)
     assert merged["prompt_ids"].tolist() == [[0, 7, 8], [9, 9, 9]]
     assert merged["prompt_mask"].tolist() == [[0, 1, 1], [1, 1, 1]]
     assert merged["completion_ids"].tolist() == [[2, 0, 0], [3, 4, 5]]
@@ -122,7 +117,7 @@ def test_merge_pads_prompts_left_and_completions_right():
     assert torch.isnan(merged[SAMPLING_LOGPS]).tolist() == [[False, True, True], [False, False, True]]
     assert "num_items_in_batch" not in merged  # counted again by the trainer over the merged rows
     with pytest.raises(NotImplementedError, match="pixel_values"):
-        merge_rows([({**a, "pixel_values": torch.zeros(2, 3)}, torch.tensor([0]))], pad_token_id=0)
+        merge_rows([({**a, "pixel_values": torch.zeros(2, 3)}, 0)], pad_token_id=0)
 
 
 def test_varied_groups_reads_equal_advantages_as_no_signal():

@@ -25,7 +25,7 @@ CONFIG = ROOT / "config"
 
 # --- which engine ---------------------------------------------------------------------------------
 def test_fsdp_without_a_gpu_is_refused_by_name():
-    from grpo_recipes.models.engines import check_engine, requested_engine
+    from grpo_recipes.models.hardware import check_engine, requested_engine
 
     fsdp = {"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2", "WORLD_SIZE": "2"}
     assert requested_engine(fsdp) == "fsdp"
@@ -41,7 +41,7 @@ def test_the_log_names_the_engine_the_accelerator_runs():
     from accelerate import Accelerator
     from accelerate.utils import DistributedType
 
-    from grpo_recipes.models.engines import running_engine
+    from grpo_recipes.models.hardware import running_engine
 
     assert running_engine(Accelerator(cpu=True)) == "single process"
 

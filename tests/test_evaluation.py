@@ -100,9 +100,10 @@ def test_score_uses_the_extraction_chain_and_the_verifier(tiny):
     _, tokenizer = tiny
     taskset, rows = eval_rows()
     ev = evaluator(rows, taskset, tokenizer, max_new_tokens=8)
-    good = ev.score(0, f"work\n[ANSWER] {rows[0]['answer']}", 5, False)
+    good, bad = ev.score_batch(
+        [0, 0], [(f"work\n[ANSWER] {rows[0]['answer']}", 5, False), ("the answer is -1", 5, True)]
+    )
     assert good["correct"] and good["score"] == 1.0 and good["rule"] == "tag" and good["format_ok"]
-    bad = ev.score(0, "the answer is -1", 5, True)
     assert (
         not bad["correct"] and bad["rule"] == "phrase" and bad["extracted"] == "-1" and not bad["format_ok"]
     )
@@ -249,12 +250,12 @@ def test_sampled_pass_at_k_generation(tiny):
     assert ev.ks == [1, 2]  # k > samples is dropped
     samples = ev.generate(model, [0, 1, 2, 3], sampled=True)
     assert len(samples) == 4 and all(len(s) == 3 for s in samples)
-    scored = ev.score(0, *ev.generate(model, [0])[0], samples=samples[0])
+    scored = ev.score_batch([0], ev.generate(model, [0]), [samples[0]])[0]
     assert scored["num_samples"] == 3 and 0 <= scored["samples_correct"] <= 3
 
 
 def test_train_stats_groups_and_tasks():
-    from rewards.train_stats import log_train_stats
+    from rewards.accuracy import log_train_stats
 
     logged = {}
     questions = ["q1"] * 4 + ["q2"] * 4

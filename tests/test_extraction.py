@@ -2,8 +2,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from grpo_common.answers import normalize_number
 from grpo_common.formats import Extraction, get_format
-from grpo_common.numbers import normalize_number
 
 PLAIN = get_format("plain")  # the chain the answer formats share
 

@@ -8,7 +8,7 @@ import pytest
 from grpo_common.errors import ConfigError
 from grpo_recipes.config.checks import check_values
 from grpo_recipes.config.preflight import compose, parse
-from grpo_recipes.models.lora import TARGET_MODULES
+from grpo_recipes.models.loading import TARGET_MODULES
 
 CONFIG = Path(__file__).resolve().parents[1] / "config"
 # preset -> (hub id, the architecture its config.json names)

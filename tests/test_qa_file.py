@@ -10,12 +10,13 @@ from omegaconf import OmegaConf
 from reasoning_gym.factory import create_dataset
 
 from grpo_common.errors import ConfigError
-from grpo_common.numbers import canonical_answer, match_answer
 from grpo_recipes.train.data import build_datasets
 from tasks import TaskSet, validate_tasks
+from tasks.qa_file import canonical_answer, match_answer, register
 from tests.conftest import declared
 
 CONFIG = Path(__file__).resolve().parents[1] / "config"
+register()  # our tasks join reasoning-gym's registry when first used; create_dataset below reads it
 
 
 def gsm8k_rows(n: int) -> list[dict]:

@@ -106,13 +106,13 @@ def test_the_fixed_eval_generates_as_before(tmp_path):
     expected = plain.generate(**enc, **kwargs)
     torch.manual_seed(5)
     assert torch.equal(trainer.model.generate(**enc, **kwargs), expected)
-    assert trainer._recorder.logprobs is None  # outside a training generation nothing is recorded
+    assert trainer._recorded is None  # outside a training generation nothing is recorded
 
 
 def test_the_warpers_are_generates_own_or_none():
     from transformers import GenerationConfig
 
-    from grpo_recipes.train.sampling_logprobs import sampling_warpers
+    from grpo_recipes.train.sampling_kl import sampling_warpers
 
     config = GenerationConfig(do_sample=True, temperature=0.7, top_k=5, top_p=0.9)
     names = [type(w).__name__ for w in sampling_warpers(config, GenerationConfig(min_p=0.1))]

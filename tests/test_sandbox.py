@@ -15,7 +15,8 @@ import time
 import pytest
 
 from rewards.code import TestSuite, run_suites
-from rewards.sandbox import Executor, Program, configure
+from rewards.sandbox import configure
+from rewards.sandbox.executor import Executor, Program
 
 ISOLATION = ["full", "basic"]
 SUITE = TestSuite("add", (("assert candidate(1, 2) == 3", True), ("assert candidate(2, 2) == 4", True)))

@@ -61,7 +61,7 @@ def test_a_stored_study_resumes_where_it_stopped(tmp_path):
     import optuna
     from omegaconf import OmegaConf
 
-    from grpo_recipes.outputs.search import prepare_study
+    from grpo_recipes.outputs.sweep import prepare_study
 
     storage = f"sqlite:///{tmp_path}/sweep/optuna.db"
     sweeper = SimpleNamespace(

@@ -71,15 +71,16 @@ def check_optimized_metric(cfg: Mapping[str, Any]) -> None:
         )
 
 
-def check_config(cfg: Mapping[str, Any], world_size: int | None = None) -> None:
+def check_config(cfg: Mapping[str, Any], world_size: int | None = None) -> list[float]:
     """The whole check before anything is loaded or written: values first (import-light), then what the
     registries know: tasks and their config keys, rewards and their options, the prompt format, the
-    sandbox settings and a local model path. (TRL's own rules: trainer_args.check_trainer_config.)"""
+    sandbox settings and a local model path; returns the rewards' weights. (TRL's own rules:
+    trainer_args.check_trainer_config.)"""
     check_values(cfg, world_size)
     from grpo_recipes.models.loading import check_model_path
     from grpo_recipes.train.data import few_shot, system_prompt
     from rewards import RewardContext, build_rewards
-    from rewards.sandbox import Executor
+    from rewards.sandbox import check_settings
     from tasks import validate_tasks
 
     dataset = cfg["dataset"]
@@ -92,7 +93,7 @@ def check_config(cfg: Mapping[str, Any], world_size: int | None = None) -> None:
             "sets differ"
         )
     # the factories check their options; the scorer is never called here
-    build_rewards(
+    _, weights = build_rewards(
         dataset["rewards"],
         RewardContext(
             scorer=lambda answer, entry: 0.0,
@@ -102,10 +103,11 @@ def check_config(cfg: Mapping[str, Any], world_size: int | None = None) -> None:
     )
     check_curriculum(cfg)
     try:
-        Executor(**(cfg.get("sandbox") or {}))
+        check_settings(**cfg["sandbox"])
     except (TypeError, ValueError) as err:
         raise ConfigError(str(err)) from None
     check_model_path(cfg["model"]["path"])
+    return weights
 
 
 def check_batch(grpo: Mapping[str, Any], world_size: int) -> None:

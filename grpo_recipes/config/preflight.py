@@ -146,7 +146,7 @@ def compose(
                 sweeper=OmegaConf.select(cfg, "hydra.sweeper._target_"),
             )
         with open_dict(cfg):
-            cfg.output_dir = str(run_dir)  # ${hydra:runtime.output_dir} exists only inside the job
+            cfg.output_dir = os.path.abspath(run_dir)  # as Hydra sets ${hydra:runtime.output_dir} in the job
             del cfg["hydra"]
         return OmegaConf.to_container(cfg, resolve=True), run_dir
     except OmegaConfBaseException as err:
@@ -238,16 +238,13 @@ def check(argv: list[str], config_dir: Path) -> list[str]:
             f"({', '.join(str(p.run_dir) for p in plans)})"
         )
         sys.exit(0)
-    for cfg, _ in jobs:
-        check_config(cfg)
+    weights = [check_config(cfg) for cfg, _ in jobs]
     # TRL's rules need the hardware that runs the jobs: this one, unless a launcher sends them elsewhere
     if not line.multirun or hydra_cfg.get("launcher", "").endswith("BasicLauncher"):
-        from grpo_recipes.config.trainer_args import (
-            check_trainer_config,  # TRL: seconds to import; the job needs it anyway
-        )
+        from grpo_recipes.config.trainer_args import check_trainer_config  # TRL: the job needs it anyway
 
-        for cfg, _ in jobs:
-            check_trainer_config(cfg)
+        for (cfg, _), reward_weights in zip(jobs, weights):
+            check_trainer_config(cfg, reward_weights)  # kept: the job runs this GRPOConfig
     return argv
 
 

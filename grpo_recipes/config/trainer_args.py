@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import json
 import re
 from typing import Any
 
@@ -77,27 +78,56 @@ def build_grpo_kwargs(
     return grpo
 
 
-def check_trainer_config(cfg: dict[str, Any], hw: Hardware | None = None) -> None:
-    """The GRPOConfig this config builds, checked as TRL would: the last stage of the config check."""
-    rewards = [r for r in (cfg["dataset"].get("rewards") or {}).values() if r is not None]
+# The GRPOConfig the command-line check built for each config it checked (preflight.py, in this process):
+# the job that runs the config takes it instead of checking and building again.
+_BUILT: dict[str, Any] = {}
+
+
+def _key(cfg: dict[str, Any]) -> str:
+    return json.dumps(cfg, sort_keys=True, default=str)
+
+
+def checked_here(cfg: dict[str, Any]) -> bool:
+    """Whether the command-line check already checked this very config in this process."""
+    return _key(cfg) in _BUILT
+
+
+def take_checked_args(cfg: dict[str, Any]):
+    """The GRPOConfig the command-line check built for this very config, or None (not checked here: a
+    search's sampled values, a launcher that runs jobs elsewhere)."""
+    return _BUILT.pop(_key(cfg), None)
+
+
+def check_trainer_config(
+    cfg: dict[str, Any], reward_weights: list[float], hw: Hardware | None = None
+) -> None:
+    """The GRPOConfig this config builds, checked as TRL would: the last stage of the config check. Kept for
+    the job (take_checked_args)."""
     hw = hw or detect_hardware()
-    grpo = build_grpo_kwargs(cfg, hw, reward_weights=[1.0] * len(rewards))
-    build_grpo_config({**grpo, "activation_checkpointing": bool(grpo.get("activation_checkpointing"))})
+    grpo = build_grpo_kwargs(cfg, hw, reward_weights)
+    args = build_grpo_config(grpo)
+    # Under DeepSpeed, TrainingArguments point a global at their ZeRO config (HfDeepSpeedConfig): kept
+    # alive, ZeRO-3 would partition the weights as from_pretrained loads them. The job builds its own.
+    _BUILT[_key(cfg)] = None if args.deepspeed_plugin is not None else args
     from transformers.integrations import get_reporting_integration_callbacks
 
-    from grpo_recipes.models.lora import quantization_config
+    from grpo_recipes.models.loading import quantization_config
 
     try:
         get_reporting_integration_callbacks([r for r in grpo["report_to"] if r not in ("none", "all")])
     except ValueError as err:
         raise ConfigError(f"report_to={show(cfg['report_to'])}: {str(err).strip()}") from None
-    quantization_config(cfg["model"].get("lora"), hw.gpu)  # QLoRA: a GPU and bitsandbytes
+    quantization_config(cfg["model"]["lora"], hw.gpu)  # QLoRA: a GPU and bitsandbytes
 
 
 def build_grpo_config(grpo: dict[str, Any]):
     """GRPOConfig(**grpo), after checking every field against the type TRL declares for it; TRL's own
-    rules (its __post_init__) as one ConfigError naming the key."""
+    rules (its __post_init__) as one ConfigError naming the key. `activation_checkpointing: null` (auto)
+    stays off until the model is loaded (assemble.get_training_args)."""
     import typing
+
+    if grpo.get("activation_checkpointing") is None and grpo.get("gradient_checkpointing") is None:
+        grpo = {**grpo, "activation_checkpointing": False}  # not None: TRL would read None as its default, on
 
     config_class = recipe_grpo_config_class()
     hints = typing.get_type_hints(config_class)
@@ -110,10 +140,6 @@ def build_grpo_config(grpo: dict[str, Any]):
     if supported and grpo.get("loss_type", supported[0]) not in supported:
         raise ConfigError(
             f"grpo.loss_type={show(grpo['loss_type'])}: expected one of: {', '.join(supported)}"
-        )
-    if grpo.get("activation_checkpointing") is None:  # TRL would read None as its own default, on
-        raise ValueError(
-            "activation_checkpointing must be resolved first (hardware.resolve_activation_checkpointing)"
         )
     try:
         return config_class(**grpo)

@@ -1,33 +1,25 @@
-"""When training runs the fixed evaluation (evaluator.py): at step 0 (before any update), every
-`eval.every_n_steps` steps and at the end of training, each step once (a resumed run reads its earlier
-evals back instead of repeating them). The metrics go out as `eval_<name>` through the trainer's
-callbacks, which every tracker shows as `eval/<name>`.
-"""
+"""When training runs the fixed evaluation (evaluator.py): at step 0, every `eval.every_n_steps` steps and at
+the end, each step once (a resumed run reads its earlier evals back). Metrics go out as `eval_<name>` through
+the trainer's callbacks, which every tracker shows as `eval/<name>`."""
 
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from transformers import TrainerCallback
 
-if TYPE_CHECKING:
-    from grpo_recipes.evaluation.evaluator import FixedEvaluator
-
 
 class FixedEvalCallback(TrainerCallback):
-    """Runs the FixedEvaluator at step 0, every N steps and at the end of training.
-
-    It gets what it needs from its constructor (the accelerator, a function that sends `eval_` logs
-    to every tracker, when to skip the final eval) and the model from the callback arguments; it does
-    not hold the trainer."""
+    """Holds no trainer: `send_logs` sends `eval_` logs to every tracker, `skip_final_eval` says when not to
+    evaluate at the end (a stop on a signal: the resumed run does), `vllm_generator` (use_vllm) makes a
+    generator on the trainer's vLLM engine from the model; otherwise the eval generates with transformers."""
 
     def __init__(
         self,
-        evaluator: FixedEvaluator,
+        evaluator,
         output_dir: str | Path,
         every_n_steps: int,
         accelerator,
@@ -35,22 +27,18 @@ class FixedEvalCallback(TrainerCallback):
         skip_final_eval: Callable[[], bool] = lambda: False,
         vllm_generator: Callable[[Any], Any] | None = None,
     ):
-        self.evaluator = evaluator
-        # use_vllm: model -> a generator on the trainer's vLLM engine (generation.VLLMGenerator); else HF
-        self.vllm_generator = vllm_generator
-        self.dir = Path(output_dir) / "eval_results"
+        self.evaluator, self.vllm_generator = evaluator, vllm_generator
+        self.output_dir = Path(output_dir)
         self.every = every_n_steps  # 0: only at step 0 and at the end
-        self.accelerator = accelerator
-        self.send_logs = send_logs
-        self.skip_final_eval = skip_final_eval  # e.g. a stop on a signal: the resumed run evaluates instead
+        self.accelerator, self.send_logs, self.skip_final_eval = accelerator, send_logs, skip_final_eval
         self.history: dict[int, dict[str, float]] = {}
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
-        # A resumed run keeps its earlier evals (read back for the summary) and runs none twice.
-        for path in self.dir.glob("eval_step_*.json"):
-            step = int(path.stem.rsplit("_", 1)[1])
+        from grpo_recipes.outputs.logs import load_evals
+
+        for step, ev in load_evals(self.output_dir).items():  # a resumed run's evals up to its checkpoint
             if step <= state.global_step:
-                self.history[step] = json.loads(path.read_text())["metrics"]
+                self.history[step] = ev["metrics"]
         if state.global_step == 0 and 0 not in self.history:
             self.evaluate(model, state, args)
 
@@ -64,18 +52,15 @@ class FixedEvalCallback(TrainerCallback):
         if state.global_step not in self.history and not self.skip_final_eval():  # stopped early
             self.evaluate(model, state, args)
 
-    def evaluate(self, model, state, args) -> dict[str, float]:
+    def evaluate(self, model, state, args) -> None:
         was_training = model.training
         model.eval()
-        try:
-            with self._generator(model, args) as generator:
-                metrics, _ = self.evaluator.run(generator, self.accelerator, state.global_step, self.dir)
-        finally:
-            model.train(was_training)
+        with self._generator(model, args) as generator:
+            out_dir = self.output_dir / "eval_results"
+            metrics, _ = self.evaluator.run(generator, self.accelerator, state.global_step, out_dir)
+        model.train(was_training)
         self.history[state.global_step] = metrics
-        # `eval_` names: trackers and metrics.jsonl show them as eval/<name>
         self.send_logs({f"eval_{k}": v for k, v in metrics.items()}, state)
-        return metrics
 
     def _generator(self, model, args):
         """What the eval generates with, as a context manager."""

@@ -1,13 +1,7 @@
-"""The fixed evaluation: the same problems, generated greedily in batches, during training (when:
-callback.py) and standalone (`eval_only=true`) on any checkpoint or the base model, with the same
-problems and JSON.
-
-Writes `eval_results/eval_step_<N>.json` (metrics + every example) and returns the metrics.
-Optionally draws `pass_k.samples` sampled completions per problem for unbiased pass@k. `reward` is the
-run's weighted training reward on the greedy completions: the recipe's own objective on the fixed set.
-Rows marked `eval_level` (the curriculum's per-level problems) are scored greedily beside it and reported
-only as `level/<task>/<level>/accuracy`: the headline metrics are the fixed set's alone.
-Every rank generates its shard (ZeRO-3 gathers weights collectively); rank 0 writes.
+"""The fixed evaluation, in training (callback.py) and alone (`eval_only`, on a checkpoint or a base model):
+the same problems generated greedily, written to `eval_results/eval_step_<N>.json`. Rows marked `eval_level`
+(the curriculum's per-level problems) count only in `level/<task>/<level>/accuracy`. Every rank generates its
+shard; rank 0 writes.
 """
 
 from __future__ import annotations
@@ -15,7 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
@@ -27,15 +20,9 @@ from grpo_common.formats import get_format, reader
 log = logging.getLogger(__name__)
 
 
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """Readers never see a half-written file: write a sibling, then rename over."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+def fixed_examples(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The fixed set's rows, without the curriculum's per-level problems."""
+    return [r for r in rows if r.get("eval_level") is None]
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -48,9 +35,8 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def summarize(examples: list[dict[str, Any]], prompt_format: str, ks: list[int] = ()) -> dict[str, float]:
-    """Overall and per-task accuracy (greedy, score >= 1), mean score, format compliance, length,
-    extraction-rule shares (the rules of the formats that read this prompt format's completions), and
-    pass@k for each k when examples carry sampled counts."""
+    """Overall and per-task accuracy (score >= 1), mean score, format, length, the share of each extraction
+    rule of the formats that read this prompt format's completions, and pass@k from sampled counts."""
     answers, programs = reader(prompt_format, code_task=False), reader(prompt_format, code_task=True)
 
     def block(rows: list[dict[str, Any]], prefix: str) -> dict[str, float]:
@@ -74,16 +60,14 @@ def summarize(examples: list[dict[str, Any]], prompt_format: str, ks: list[int] 
             )
         return out
 
-    fixed = [r for r in examples if r.get("eval_level") is None]
-    by_task, by_level = defaultdict(list), defaultdict(list)
-    for r in examples:
-        if r.get("eval_level") is None:
-            by_task[r["task"]].append(r)
-        else:
-            by_level[(r["task"], r["eval_level"])].append(r)
+    fixed = fixed_examples(examples)
     metrics = {"num_examples": len(fixed), **block(fixed, "")}
-    for task, rows in sorted(by_task.items()):
-        metrics.update(block(rows, f"{task}/"))
+    for task in sorted({r["task"] for r in fixed}):
+        metrics.update(block([r for r in fixed if r["task"] == task], f"{task}/"))
+    by_level = defaultdict(list)
+    for r in examples:
+        if r.get("eval_level") is not None:
+            by_level[r["task"], r["eval_level"]].append(r)
     for (task, level), rows in sorted(by_level.items()):
         metrics[f"level/{task}/{level}/accuracy"] = sum(r["correct"] for r in rows) / len(rows)
     return metrics
@@ -126,9 +110,7 @@ class FixedEvaluator:
         self.ks = [k for k in pass_k["k"] if k <= self.num_samples]
         self.print_examples = print_examples
         self.response_prefix = response_prefix  # pre-filled by the chat template: part of the reply
-        # The run's training rewards and weights: `reward` is what training would pay the greedy completion
-        # (a recipe's own objective, e.g. gsm8k's 1[correct] + 0.1 (1[format] - 1)).
-        self.rewards = list(rewards)
+        self.rewards = list(rewards)  # the run's, weighted: `reward` is what training pays the greedy reply
         self.texts = [
             tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False)
             for r in rows
@@ -136,16 +118,14 @@ class FixedEvaluator:
 
     def generate(self, model, indices: list[int], sampled: bool = False, progress: bool = False):
         """Per index: (completion text, completion tokens, truncated), or a list of `num_samples` of them.
-        `model`: the policy (generated with transformers) or any CompletionGenerator (generation.py)."""
+        `model`: the policy (generated with transformers) or a completion generator (generation.py)."""
         import torch
 
         from grpo_recipes.evaluation.generation import HFGenerator
 
-        generator = (
-            HFGenerator(model, self.tokenizer, self.batch_size, progress)
-            if isinstance(model, torch.nn.Module)
-            else model
-        )
+        generator = model
+        if isinstance(model, torch.nn.Module):
+            generator = HFGenerator(model, self.tokenizer, self.batch_size, progress)
         n = self.num_samples if sampled else 1
         temperature = self.sample_temperature if sampled else self.greedy_temperature
         prompts = [self.texts[i] for i in indices]
@@ -155,16 +135,10 @@ class FixedEvaluator:
         return decoded if sampled else [group[0] for group in decoded]
 
     def _decode(self, ids: list[int], eos_ids: set[int]) -> tuple[str, int, bool]:
-        length = next((j + 1 for j, t in enumerate(ids) if t in eos_ids), None)
-        truncated = length is None
-        length = len(ids) if truncated else length
+        end = next((j + 1 for j, t in enumerate(ids) if t in eos_ids), None)  # None: cut off at the limit
+        length = end or len(ids)
         text = self.tokenizer.decode(ids[:length], skip_special_tokens=True)
-        return self.response_prefix + text, length, truncated
-
-    def score(
-        self, index: int, completion: str, length: int, truncated: bool, samples=None
-    ) -> dict[str, Any]:
-        return self.score_batch([index], [(completion, length, truncated)], [samples])[0]
+        return self.response_prefix + text, length, end is None
 
     def score_batch(self, indices: list[int], greedy: list[tuple], samples: list | None = None) -> list[dict]:
         """Score a shard in one go: code tasks run all their programs in parallel."""
@@ -178,24 +152,14 @@ class FixedEvaluator:
         correct_counts = [0] * len(indices)
         for (k, _), (_, score) in zip(flat, sample_scores):
             correct_counts[k] += score >= 1.0
-        out = []
+        out, is_formatted = [], self.format.is_formatted
         for k, (index, row, (completion, length, truncated), (extraction, score)) in enumerate(
             zip(indices, rows, greedy, judged)
         ):
-            record = {
-                "index": index,
-                "task": row["task"],
-                "question": row["question"],
-                "answer": row["answer"],
-                "completion": completion,
-                "extracted": extraction.answer,
-                "rule": extraction.rule,
-                "score": score,
-                "correct": score >= 1.0,
-                "format_ok": self.format.is_formatted(completion),
-                "length": length,
-                "truncated": truncated,
-            }
+            record = {"index": index, **{key: row[key] for key in ("task", "question", "answer")}}
+            record |= {"completion": completion, "extracted": extraction.answer, "rule": extraction.rule}
+            record |= {"score": score, "correct": score >= 1.0, "format_ok": is_formatted(completion)}
+            record |= {"length": length, "truncated": truncated}
             if row.get("eval_level") is not None:
                 record["eval_level"] = row["eval_level"]
             if samples[k] is not None:
@@ -225,8 +189,7 @@ class FixedEvaluator:
         return totals
 
     def run(self, model, accelerator, step: int, out_dir: Path | None) -> tuple[dict[str, float], list[dict]]:
-        """Generate on every rank's shard, gather, score, write (main process). Returns metrics, examples.
-        `model`: the policy, or a CompletionGenerator (the trainer's vLLM engine)."""
+        """Generate on every rank's shard, gather, score, write (main process). Returns metrics, examples."""
         from accelerate.utils import gather_object
 
         start = time.time()
@@ -237,55 +200,43 @@ class FixedEvaluator:
         fixed_shard, level_shard = rank_shard(fixed, rank, world), rank_shard(leveled, rank, world)
         main = accelerator.is_main_process
         greedy = self.generate(model, fixed_shard + level_shard, progress=main)
-        sampled = (
-            self.generate(model, fixed_shard, sampled=True, progress=main)
-            if self.num_samples
-            else [None] * len(fixed_shard)
-        ) + [None] * len(level_shard)
+        sampled = [None] * len(fixed_shard + level_shard)
+        if self.num_samples:
+            sampled[: len(fixed_shard)] = self.generate(model, fixed_shard, sampled=True, progress=main)
         local = self.score_batch(fixed_shard + level_shard, greedy, sampled)
         examples = gather_object(local) if world > 1 else local
         examples = sorted({e["index"]: e for e in examples}.values(), key=lambda e: e["index"])
         metrics = summarize(examples, self.prompt_format, self.ks)
         metrics["seconds"] = round(time.time() - start, 2)
         if main and out_dir is not None:
+            from grpo_recipes.outputs.logs import write_atomic
+
             # `verifiers`: what each task's score means, the same verifier (and test suite) as training's
             verifiers = self.taskset.verifiers()
             result = {"step": step, "metrics": metrics, "verifiers": verifiers, "examples": examples}
-            write_json_atomic(out_dir / f"eval_step_{step}.json", result)
+            write_atomic(out_dir / f"eval_step_{step}.json", json.dumps(result, indent=1))
         if main:
             self.report(step, metrics, examples)
         return metrics, examples
 
-    def report(self, step: int, metrics: dict[str, float], examples: list[dict]) -> None:
-        passk = "".join(f"  pass@{k} {metrics[f'pass@{k}']:.3f}" for k in self.ks)
-        reward = f"  reward {metrics['reward']:.3f}" if "reward" in metrics else ""
+    def report(self, step: int, m: dict[str, float], examples: list[dict]) -> None:
+        extra = "".join(f"  pass@{k} {m[f'pass@{k}']:.3f}" for k in self.ks)
+        extra += f"  reward {m['reward']:.3f}" if "reward" in m else ""
         log.info(
-            "[eval step %d] accuracy %.3f%s%s  format %.3f  mean length %.1f  (%d problems, %.1f s)",
-            step,
-            metrics["accuracy"],
-            passk,
-            reward,
-            metrics["format"],
-            metrics["mean_length"],
-            metrics["num_examples"],
-            metrics["seconds"],
+            f"[eval step {step}] accuracy {m['accuracy']:.3f}{extra}  format {m['format']:.3f}  mean length "
+            f"{m['mean_length']:.1f}  ({m['num_examples']} problems, {m['seconds']:.1f} s)"
         )
         levels = defaultdict(list)
-        for key, value in metrics.items():
+        for key, value in m.items():
             if key.startswith("level/"):
                 task, level, _ = key.split("/", 1)[1].rsplit("/", 2)
                 levels[task].append(f"{level}: {value:.2f}")
         for task, shares in levels.items():
-            log.info("  %s accuracy per curriculum level: %s", task, ", ".join(shares))
-        for e in [e for e in examples if e.get("eval_level") is None][: self.print_examples]:
+            log.info(f"  {task} accuracy per curriculum level: {', '.join(shares)}")
+        for e in fixed_examples(examples)[: self.print_examples]:
+            completion = e["completion"][:300].replace("\n", "\\n")
             mark = "correct" if e["correct"] else "wrong"
             log.info(
-                "  Q: %s\n    completion: %s\n    extracted %r by %s; answer %r: %s (score %.2f)",
-                e["question"][:200],
-                e["completion"][:300].replace("\n", "\\n"),
-                e["extracted"],
-                e["rule"],
-                e["answer"],
-                mark,
-                e["score"],
+                f"  Q: {e['question'][:200]}\n    completion: {completion}\n    extracted {e['extracted']!r} "
+                f"by {e['rule']}; answer {e['answer']!r}: {mark} (score {e['score']:.2f})"
             )

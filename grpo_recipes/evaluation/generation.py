@@ -1,30 +1,9 @@
-"""How the fixed eval generates: one interface, two engines behind it.
-
-`generate(prompts, n, temperature, max_new_tokens)` returns, per prompt, `n` lists of completion token
-ids, each ending with an EOS id when the completion finished (later ids, e.g. padding, are ignored by
-the reader). `temperature=None` is greedy. `eos_token_ids` names the ids that end a completion.
-
-- HFGenerator: transformers `generate` on the policy model, batched and left-padded (CPU and GPU).
-- VLLMGenerator: the trainer's own vLLM engine (TRL's `trainer.vllm_generation`) when `use_vllm` is on:
-  colocate generates with this rank's LLM, server mode through the main process's client. The engine
-  gets the policy's current weights before the eval (it is otherwise synced only before a train step).
-
-Every rank calls `generate` with as many prompts as the others (the evaluator pads its shards), since
-ZeRO-3 gathers and the server mode's gather and broadcast are collective.
+"""How the fixed eval generates: `generate(prompts, n, temperature, max_new_tokens)` (None: greedy) returns
+per prompt `n` lists of token ids, ending with one of `eos_token_ids` when the completion finished. Every
+rank asks for as many prompts as the others: ZeRO-3 gathers and vLLM's server mode are collective.
 """
 
 from __future__ import annotations
-
-from collections.abc import Sequence
-from typing import Protocol
-
-
-class CompletionGenerator(Protocol):
-    eos_token_ids: set[int]
-
-    def generate(
-        self, prompts: Sequence[str], n: int, temperature: float | None, max_new_tokens: int
-    ) -> list[list[list[int]]]: ...
 
 
 def eos_of(model, tokenizer) -> int | list[int]:
@@ -47,45 +26,31 @@ class HFGenerator:
         self.eos = eos_of(model, tokenizer)
         self.eos_token_ids = end_ids(model, tokenizer)
 
-    def config(self, n: int, temperature: float | None, max_new_tokens: int):
+    def generate(self, prompts: list[str], n: int, temperature: float | None, max_new_tokens: int):
+        import torch
+        from tqdm.auto import tqdm
         from transformers import GenerationConfig
 
-        sample = temperature is not None
-        return GenerationConfig(
+        config = GenerationConfig(
             max_new_tokens=max_new_tokens,
-            do_sample=sample,
+            do_sample=temperature is not None,
             num_return_sequences=n,
-            temperature=temperature if sample else None,
+            temperature=temperature,
             top_p=None,
             top_k=None,
             eos_token_id=self.eos,
             pad_token_id=self.tokenizer.pad_token_id,
             use_cache=True,
         )
-
-    def generate(
-        self, prompts: Sequence[str], n: int, temperature: float | None, max_new_tokens: int
-    ) -> list[list[list[int]]]:
-        import torch
-        from tqdm.auto import tqdm
-
-        config = self.config(n, temperature, max_new_tokens)
         batch_size = max(1, self.batch_size // n)
         device = next(self.model.parameters()).device
         starts = range(0, len(prompts), batch_size)
-        bar = tqdm(
-            starts,
-            desc="pass@k samples" if n > 1 else "eval",
-            leave=False,
-            disable=not self.progress or len(starts) < 2,
-        )
+        desc = "pass@k samples" if n > 1 else "eval"
+        bar = tqdm(starts, desc=desc, leave=False, disable=not self.progress or len(starts) < 2)
+        kw = {"return_tensors": "pt", "padding": True, "padding_side": "left", "add_special_tokens": False}
         out = []
         for start in bar:
-            batch = list(prompts[start : start + batch_size])
-            enc = self.tokenizer(
-                batch, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False
-            )
-            enc = {k: v.to(device) for k, v in enc.items()}
+            enc = self.tokenizer(list(prompts[start : start + batch_size]), **kw).to(device)
             with torch.no_grad():
                 generated = self.model.generate(**enc, generation_config=config)
             ids = generated[:, enc["input_ids"].shape[1] :].tolist()
@@ -101,18 +66,12 @@ class VLLMGenerator:
         self.eos_token_ids = end_ids(model, tokenizer)
         self.synced = False
 
-    def generate(
-        self, prompts: Sequence[str], n: int, temperature: float | None, max_new_tokens: int
-    ) -> list[list[list[int]]]:
+    def generate(self, prompts: list[str], n: int, temperature: float | None, max_new_tokens: int):
         if not self.synced:  # the weights of this very step (collective: every rank takes part)
             self.engine.sync_weights()
             self.synced = True
         prompt_ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
-        sampling = {
-            "n": n,
-            "temperature": 0.0 if temperature is None else temperature,
-            "max_tokens": max_new_tokens,
-        }
+        sampling = {"n": n, "temperature": temperature or 0.0, "max_tokens": max_new_tokens}  # 0: greedy
         if self.engine.mode == "server":
             return self._server(prompt_ids, sampling)
         return self._colocate(prompt_ids, sampling)

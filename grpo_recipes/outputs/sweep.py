@@ -1,74 +1,51 @@
-"""Sweep summary: the jobs of a multirun directory ranked by their latest fixed-eval accuracy (an Optuna
-search, hparams_search=: by the objective it optimized, with objective.png, the objective per trial).
-
-Written automatically when a `-m` sweep ends (a Hydra callback, see config/train.yaml), and on
-demand for any sweep directory, finished or still running:
-
-    python -m grpo_recipes.outputs.sweep outputs/<run_name>-sweep
-
-Writes summary.md and summary.png into the sweep directory and prints the table.
+"""Sweeps (`-m`): summary.md ranking a multirun's jobs by their latest fixed-eval accuracy (an Optuna search:
+by its objective), written when the sweep ends and on demand (`python -m grpo_recipes.outputs.sweep DIR`),
+and an Optuna search's study that resumes (prepare_study, for hydra_plugins/grpo_recipes_search).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import Any
 
-from hydra.experimental.callback import Callback
-
 from grpo_recipes.config.resume import first_overrides
+from grpo_recipes.outputs.logs import load_evals
+from grpo_recipes.outputs.plots import finish, pyplot, save_figure
+
+log = logging.getLogger("grpo_recipes")
 
 
 def job_row(job: Path) -> dict[str, Any] | None:
-    evals = {}
-    for path in (job / "eval_results").glob("eval_step_*.json"):
-        evals[int(path.stem.rsplit("_", 1)[1])] = path
-    overrides = first_overrides(job)
+    evals = load_evals(job)
     if not evals and not (job / "config.yaml").exists():
         return None
-    row = {
+    finished = (job / "train_results.json").exists()
+    results = json.loads((job / "train_results.json").read_text() or "{}") if finished else {}
+    first, last = (min(evals), max(evals)) if evals else (None, None)
+    return {
         "job": job.name,
-        "overrides": overrides,
-        "finished": (job / "train_results.json").exists(),
-        "baseline": None,
-        "final": None,
-        "step": None,
-        "objective": None,  # the value the job returned to the sweeper (its optimized_metric)
-        "metric": None,
+        "overrides": first_overrides(job),
+        "finished": finished,
+        "baseline": evals[first]["metrics"]["accuracy"] if evals else None,
+        "final": evals[last]["metrics"]["accuracy"] if evals else None,
+        "step": last,
+        "objective": results.get("objective"),  # what the job returned to the sweeper (its optimized_metric)
+        "metric": results.get("optimized_metric"),
     }
-    if row["finished"]:
-        results = json.loads((job / "train_results.json").read_text() or "{}")
-        row["objective"], row["metric"] = results.get("objective"), results.get("optimized_metric")
-    if evals:
-        first, last = min(evals), max(evals)
-        row["baseline"] = json.loads(evals[first].read_text())["metrics"]["accuracy"]
-        row["final"] = json.loads(evals[last].read_text())["metrics"]["accuracy"]
-        row["step"] = last
-    return row
-
-
-def _varying(rows: list[dict[str, Any]]) -> None:
-    """Keep only the overrides that differ between jobs (the sweep's own parameters)."""
-    common = set.intersection(*(set(r["overrides"]) for r in rows)) if rows else set()
-    for r in rows:
-        r["label"] = " ".join(o for o in r["overrides"] if o not in common) or r["job"]
-
-
-def search_direction(sweep_dir: Path) -> str | None:
-    """maximize | minimize for an Optuna search (search.json, written by grpo_recipes/outputs/search.py);
-    None for a grid sweep."""
-    path = sweep_dir / "search.json"
-    return json.loads(path.read_text()).get("direction") if path.is_file() else None
 
 
 def summarize_sweep(sweep_dir: str | Path) -> Path:
     sweep_dir = Path(sweep_dir)
     jobs = sorted((p for p in sweep_dir.iterdir() if p.is_dir()), key=lambda p: (len(p.name), p.name))
     rows = [r for r in (job_row(j) for j in jobs) if r is not None]
-    _varying(rows)
-    direction = search_direction(sweep_dir)
+    common = set.intersection(*(set(r["overrides"]) for r in rows)) if rows else set()
+    for r in rows:  # only the overrides that differ between jobs: the sweep's own parameters
+        r["label"] = " ".join(o for o in r["overrides"] if o not in common) or r["job"]
+    search = sweep_dir / "search.json"  # an Optuna search's direction (hydra_plugins/grpo_recipes_search)
+    direction = json.loads(search.read_text()).get("direction") if search.is_file() else None
     metrics = sorted({r["metric"] for r in rows if r["metric"]})
     by_objective = direction is not None and len(metrics) == 1
     if by_objective:  # a search: ranked by what it optimized, in its direction; unfinished jobs last
@@ -80,15 +57,15 @@ def summarize_sweep(sweep_dir: str | Path) -> Path:
     def pct(x):
         return "" if x is None else f"{x:.1%}"
 
+    ranked = (
+        f"the objective the search optimized ({direction} {metrics[0]}, of the final fixed eval)."
+        if by_objective
+        else "their latest fixed-eval accuracy."
+    )
     lines = [
         f"# Sweep summary: {sweep_dir.name}",
         "",
-        f"{len(rows)} jobs, {sum(r['finished'] for r in rows)} finished; ranked by "
-        + (
-            f"the objective the search optimized ({direction} {metrics[0]}, of the final fixed eval)."
-            if by_objective
-            else "their latest fixed-eval accuracy."
-        ),
+        f"{len(rows)} jobs, {sum(r['finished'] for r in rows)} finished; ranked by {ranked}",
         "",
         "| rank | job | overrides | final accuracy | at step | baseline | change | objective | status |",
         "|---:|---|---|---:|---:|---:|---:|---:|---|",
@@ -107,16 +84,11 @@ def summarize_sweep(sweep_dir: str | Path) -> Path:
             f"| {pct(r['baseline'])} | {change} | {objective} | {status} |"
         )
     tail = []
-    if by_objective:
-        scored = [r for r in rows if r["objective"] is not None]
-        if scored:
-            best = scored[0]
-            tail += [
-                "",
-                f"Best: job {best['job']}, {best['metric']} {best['objective']:.4g} (`{best['label']}`).",
-            ]
-            _plot_trials(sweep_dir, scored, direction, metrics[0])
-            tail += ["", "![objective per trial](objective.png)"]
+    scored = [r for r in rows if r["objective"] is not None] if by_objective else []
+    if scored:
+        best = f"Best: job {scored[0]['job']}, {scored[0]['metric']} {scored[0]['objective']:.4g}"
+        tail += ["", f"{best} (`{scored[0]['label']}`).", "", "![objective per trial](objective.png)"]
+        _plot_trials(sweep_dir, scored, direction, metrics[0])
     if rows:
         _plot(sweep_dir, rows)
         tail += ["", "![final accuracy per job](summary.png)"]
@@ -129,66 +101,67 @@ def summarize_sweep(sweep_dir: str | Path) -> Path:
 
 def _plot_trials(sweep_dir: Path, rows: list[dict[str, Any]], direction: str, metric: str) -> None:
     """objective.png: each trial's objective in the order the search ran them, and the best so far."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     trials = sorted(rows, key=lambda r: int(r["job"]) if r["job"].isdigit() else 0)
     x = [int(r["job"]) if r["job"].isdigit() else i for i, r in enumerate(trials)]
     y = [r["objective"] for r in trials]
     pick = max if direction == "maximize" else min
     best = [pick(y[: i + 1]) for i in range(len(y))]
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, ax = pyplot().subplots(figsize=(8, 4))
     ax.plot(x, y, "o", color="tab:blue", label="trial")
     ax.step(x, best, where="post", color="black", label=f"best so far ({direction})")
-    ax.set(xlabel="trial", ylabel=metric, title=f"Search {sweep_dir.name}: {metric} per trial")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(sweep_dir / "objective.png", dpi=110)
-    plt.close(fig)
+    finish(ax, xlabel="trial", ylabel=metric, title=f"Search {sweep_dir.name}: {metric} per trial")
+    save_figure(fig, sweep_dir / "objective.png")
 
 
 def _plot(sweep_dir: Path, rows: list[dict[str, Any]]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     shown = [r for r in rows if r["final"] is not None][::-1]  # best at the top
     if not shown:
         return
-    fig, ax = plt.subplots(figsize=(8, 0.5 * len(shown) + 1.5))
+    fig, ax = pyplot().subplots(figsize=(8, 0.5 * len(shown) + 1.5))
     y = range(len(shown))
     ax.barh(y, [r["final"] for r in shown], color="tab:blue", label="latest fixed eval")
-    ax.scatter(
-        [r["baseline"] for r in shown],
-        y,
-        color="black",
-        marker="|",
-        s=300,
-        label="baseline (step 0)",
-        zorder=3,
-    )
+    baselines = [r["baseline"] for r in shown]
+    ax.scatter(baselines, y, color="black", marker="|", s=300, label="baseline (step 0)", zorder=3)
     ax.set_yticks(list(y), [f"{r['job']}: {r['label']}"[:60] for r in shown], fontsize=8)
-    ax.set(
-        xlabel="accuracy", xlim=(0, 1), title=f"Sweep {sweep_dir.name}: jobs ranked by fixed-eval accuracy"
-    )
+    title = f"Sweep {sweep_dir.name}: jobs ranked by fixed-eval accuracy"
+    ax.set(xlabel="accuracy", xlim=(0, 1), title=title)
     ax.grid(axis="x", alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(sweep_dir / "summary.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, sweep_dir / "summary.png")
 
 
-class SweepSummaryCallback(Callback):
-    """Hydra callback: write the sweep summary when a multirun ends."""
+def prepare_study(sweeper: Any) -> None:
+    """Before the stock sweep loop of hydra-optuna-sweeper's OptunaSweeperImpl: the study in <sweep
+    dir>/optuna.db (SQLite; optuna 2.10, the plugin's, needs SQLAlchemy < 2) continues where it stopped:
+    complete trials count towards n_trials (the stock sweeper would run n_trials more), a trial left RUNNING
+    by an interrupted search is marked FAIL, and new trials get new job numbers."""
+    import optuna
 
-    def on_multirun_end(self, config, **kwargs) -> None:
-        sweep_dir = Path(config.hydra.sweep.dir)
-        if sweep_dir.is_dir():
-            print(f"Sweep summary: {summarize_sweep(sweep_dir)}")
+    storage = sweeper.storage
+    sweep_dir = Path(str(sweeper.sweep_dir))
+    sweep_dir.mkdir(parents=True, exist_ok=True)  # SQLite creates its file, not the directory
+    direction = sweeper.direction  # a name, a Direction enum, or a list of them (several objectives)
+    if not isinstance(direction, str) and not hasattr(direction, "name"):
+        direction = next(iter(direction))
+    direction = getattr(direction, "name", direction)
+    search = {"study_name": sweeper.study_name, "storage": str(storage), "direction": direction}
+    (sweep_dir / "search.json").write_text(json.dumps(search))  # what summarize_sweep ranks by
+    if storage is None:  # in memory: nothing to resume
+        return
+    names = {s.study_name for s in optuna.study.get_all_study_summaries(storage=storage)}
+    if sweeper.study_name not in names:
+        return
+    study = optuna.load_study(study_name=sweeper.study_name, storage=storage)
+    trials, state = study.get_trials(deepcopy=False), optuna.trial.TrialState
+    for trial in trials:
+        if trial.state == state.RUNNING:
+            study.tell(trial.number, state=state.FAIL)
+    done = sum(t.state == state.COMPLETE for t in trials)
+    sweeper.n_trials = max(0, sweeper.n_trials - done)
+    sweeper.job_idx = len(trials)  # trial k runs in <sweep dir>/k: continue the numbering
+    log.info(
+        f"Resuming study {sweeper.study_name} ({storage}): {done} trials complete, {sweeper.n_trials} to go"
+    )
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
-"""The run's set-up, in one pass: each object built once, complete, in the order it is needed.
+"""The run's set-up in open-r1's steps, each object built once, complete, in the order it is needed:
 
-    config check (checks.py, before this) -> hardware -> model and tokenizer (LoRA, the response
-    prefix its chat template pre-fills) -> sandbox, tasks and data -> rewards -> GRPOConfig
+    get_model (model, tokenizer, LoRA, the response prefix its chat template pre-fills)
+    -> get_datasets (tasks, the fixed eval, the train set; the curriculum's when it is on)
+    -> get_rewards (TRL reward functions and their weights) -> get_training_args (GRPOConfig)
 
-The trainer and its callbacks are built from this by run.py.
+run.py then builds the trainer and its callbacks from this (trainer.py) and trains.
 """
 
 from __future__ import annotations
@@ -33,57 +34,27 @@ class Setup:
     train_dataset: Any
     eval_rows: list
     reward_funcs: list
-    args: Any  # trl.GRPOConfig
+    args: Any  # trainer_args.RecipeGRPOConfig
     checkpoint: Path | None  # the checkpoint a resume continues from (None: from the start)
     resumed: bool
     curriculum: Any = None  # grpo_recipes.train.curriculum.Curriculum when dataset.curriculum is on
 
 
 def assemble(cfg: dict[str, Any], plan: RunPlan) -> Setup:
-    from grpo_common.templates import response_prefix
-    from grpo_recipes.config.trainer_args import build_grpo_config, build_grpo_kwargs
-    from grpo_recipes.models.engines import check_engine
-    from grpo_recipes.models.hardware import detect_hardware, resolve_activation_checkpointing
-    from grpo_recipes.models.loading import load_model_and_tokenizer
-    from grpo_recipes.models.lora import lora_config
-    from grpo_recipes.train.curriculum import build_curriculum_datasets
-    from grpo_recipes.train.data import build_datasets
-    from rewards import RewardContext, build_rewards
+    from grpo_recipes.models.hardware import check_engine, detect_hardware
     from tasks.registry import is_code_task
 
     hw = detect_hardware()
     check_engine(hw.gpu)
-    model, tokenizer = load_model_and_tokenizer(cfg["model"], on_gpu=hw.gpu, seed=cfg["seed"])
-    peft_config = lora_config(cfg["model"]["lora"], model.config.model_type)
-    prefix = response_prefix(cfg["model"]["response_prefix"], tokenizer)
-    if prefix:
-        log.info("the chat template pre-fills %r: rewards and eval read it + the completion", prefix)
-
-    sandbox = configure_sandbox(cfg["sandbox"])
-    curriculum = None
-    if cfg["dataset"]["curriculum"]["enabled"]:
-        taskset, train_dataset, eval_rows, curriculum = build_curriculum_datasets(cfg["dataset"], cfg["eval"])
-    else:
-        taskset, train_dataset, eval_rows = build_datasets(cfg["dataset"], cfg["eval"])
+    model, tokenizer, peft_config, prefix = get_model(cfg, hw)
+    configure_sandbox(cfg["sandbox"])  # before any code runs: the tasks' verifiers, code rewards
+    taskset, train_dataset, eval_rows, curriculum = get_datasets(cfg)
     if any(is_code_task(name) for name in taskset.names):
-        log.info("code tasks run in the sandbox: %s", sandbox.layers())
-    ctx = RewardContext(
-        scorer=taskset.score,
-        prompt_format=cfg["dataset"]["prompt_format"],
-        max_completion_length=cfg["grpo"].get("max_completion_length"),
-        judge=taskset.judge,
-        response_prefix=prefix,
-        on_verdicts=curriculum.recorder if curriculum is not None else None,
-    )
-    reward_funcs, weights = build_rewards(cfg["dataset"]["rewards"], ctx)
+        from rewards.sandbox import get_executor
 
-    grpo_kwargs = build_grpo_kwargs(cfg, hw, reward_weights=weights)
-    if resolve_activation_checkpointing(grpo_kwargs, model, hw, lora=peft_config is not None):
-        log.info(
-            "activation checkpointing on (grpo.activation_checkpointing=%s)",
-            cfg["grpo"]["activation_checkpointing"],
-        )
-    args = build_grpo_config(grpo_kwargs)
+        log.info("code tasks run in the sandbox: %s", get_executor().layers())
+    reward_funcs, weights = get_rewards(cfg, taskset, prefix, curriculum)
+    args = get_training_args(cfg, hw, weights, model, lora=peft_config is not None)
     return Setup(
         hw,
         model,
@@ -101,6 +72,67 @@ def assemble(cfg: dict[str, Any], plan: RunPlan) -> Setup:
     )
 
 
+def get_model(cfg: dict[str, Any], hw: Hardware):
+    """(model, tokenizer, LoRA config or None, the response prefix the chat template pre-fills)."""
+    from grpo_common.templates import response_prefix
+    from grpo_recipes.models.loading import load_model_and_tokenizer, lora_config
+
+    model, tokenizer = load_model_and_tokenizer(cfg["model"], on_gpu=hw.gpu, seed=cfg["seed"])
+    peft_config = lora_config(cfg["model"]["lora"], model.config.model_type)
+    prefix = response_prefix(cfg["model"]["response_prefix"], tokenizer)
+    if prefix:
+        log.info("the chat template pre-fills %r: rewards and eval read it + the completion", prefix)
+    return model, tokenizer, peft_config, prefix
+
+
+def get_datasets(cfg: dict[str, Any]):
+    """(TaskSet, train Dataset, fixed-eval rows, Curriculum or None)."""
+    if cfg["dataset"]["curriculum"]["enabled"]:
+        from grpo_recipes.train.curriculum import build_curriculum_datasets
+
+        taskset, train, eval_rows, curriculum = build_curriculum_datasets(cfg["dataset"], cfg["eval"])
+    else:
+        from grpo_recipes.train.data import build_datasets
+
+        (taskset, train, eval_rows), curriculum = build_datasets(cfg["dataset"], cfg["eval"]), None
+    return taskset, train, eval_rows, curriculum
+
+
+def get_rewards(cfg: dict[str, Any], taskset, prefix: str, curriculum):
+    """TRL reward functions (named by their dataset.rewards key) and their weights."""
+    from rewards import RewardContext, build_rewards
+
+    ctx = RewardContext(
+        scorer=taskset.score,
+        prompt_format=cfg["dataset"]["prompt_format"],
+        max_completion_length=cfg["grpo"].get("max_completion_length"),
+        judge=taskset.judge,
+        response_prefix=prefix,
+        on_verdicts=curriculum.recorder if curriculum is not None else None,
+    )
+    return build_rewards(cfg["dataset"]["rewards"], ctx)
+
+
+def get_training_args(cfg: dict[str, Any], hw: Hardware, weights: list[float], model, lora: bool):
+    """The run's GRPOConfig (TRL's, with the recipe's own knobs): the one the command-line check built, or
+    built here; activation checkpointing resolved now that the model is loaded."""
+    from grpo_recipes.config.trainer_args import build_grpo_config, build_grpo_kwargs, take_checked_args
+    from grpo_recipes.models.hardware import resolve_activation_checkpointing
+
+    args = take_checked_args(cfg) or build_grpo_config(build_grpo_kwargs(cfg, hw, reward_weights=weights))
+    setting = {k: cfg["grpo"].get(k) for k in ("activation_checkpointing", "gradient_checkpointing")}
+    # set as TrainingArguments sets them: the older name mirrors the new one
+    args.activation_checkpointing = args.gradient_checkpointing = resolve_activation_checkpointing(
+        setting, model, hw, lora=lora
+    )
+    if args.activation_checkpointing:
+        log.info(
+            "activation checkpointing on (grpo.activation_checkpointing=%s)",
+            setting["activation_checkpointing"],
+        )
+    return args
+
+
 def last_checkpoint(plan: RunPlan) -> Path | None:
     if plan.action != "resume":
         return None
@@ -110,10 +142,10 @@ def last_checkpoint(plan: RunPlan) -> Path | None:
     return Path(found) if found else None
 
 
-def configure_sandbox(settings: dict[str, Any] | None):
+def configure_sandbox(settings: dict[str, Any]):
     from rewards import sandbox
 
     try:
-        return sandbox.configure(**(settings or {}))
+        return sandbox.configure(**settings)
     except (TypeError, ValueError) as err:
         raise ConfigError(str(err)) from None

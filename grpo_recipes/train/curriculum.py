@@ -1,11 +1,7 @@
-"""`dataset.curriculum`: training problems at each task's current level, and the callback that moves it.
-
-The train set is a map-style `datasets.Dataset` of indices whose rows are drawn when TRL fetches them
-(`with_transform`), at the levels of that moment (tasks/leveled.py); the fixed eval is built from the
-task config as written (the target difficulty) and its questions never appear in training. Tasks
-without a curriculum in the mixture train at their config as written (logged at the start).
-With `eval_per_level` > 0 the eval also holds that many problems per task and level (rows marked
-`eval_level`), scored beside the fixed eval and reported apart from its headline (evaluation.py).
+"""`dataset.curriculum` (README "Adaptive difficulty"): the train set is a Dataset of indices whose rows
+are drawn when TRL fetches them (`with_transform`), at that moment's levels (tasks/leveled.py); the fixed
+eval is the task config as written, plus `eval_per_level` problems per task and level (rows marked
+`eval_level`), none of which appear in training.
 """
 
 from __future__ import annotations
@@ -17,7 +13,7 @@ from typing import Any
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
-from grpo_recipes.train.data import Shots, build_eval_set, to_row
+from grpo_recipes.train.data import build_eval_set, to_row
 from tasks import TaskSet
 from tasks.difficulty import LevelController, VerdictRecorder, config_at, top_level
 from tasks.leveled import LeveledTasks
@@ -44,8 +40,15 @@ def build_curriculum_datasets(dataset_cfg: dict[str, Any], eval_cfg: dict[str, A
     settings = dataset_cfg["curriculum"]
     tops = {name: top for name in taskset.names if (top := top_level(name)) is not None}
     per_level = settings["eval_per_level"]
-    if per_level:
-        eval_rows += build_level_eval_rows(taskset, tops, per_level, int(eval_cfg["seed"]), system, shots)
+    for i, name in enumerate(taskset.names):  # per-level eval sets, drawn as training problems are there
+        if not per_level or name not in tops:
+            continue
+        spec = taskset.spec[name]
+        for level in range(tops[name] + 1):
+            at_level = TaskSet({name: {**spec, "config": config_at(name, level, spec["config"])}})
+            # seeds apart from the fixed eval's (seed + task index): the top level is not the fixed set again
+            drawn = at_level.sample(per_level, int(eval_cfg["seed"]) + 1000 * (i + 1) + level)
+            eval_rows += [{**to_row(e, system, shots), "eval_level": level} for e in drawn]
     controller = LevelController(
         tops, settings["start_level"], settings["raise_at"], settings["lower_at"], settings["window"]
     )
@@ -63,42 +66,16 @@ def build_curriculum_datasets(dataset_cfg: dict[str, Any], eval_cfg: dict[str, A
         return {c: [r[c] for r in out] for c in COLUMNS}
 
     train = Dataset.from_dict({"index": list(range(len(problems)))}).with_transform(rows)
-    curriculum = Curriculum(
-        controller,
-        problems,
-        VerdictRecorder(lambda: controller.levels),
-        [n for n in taskset.names if n not in tops],
-    )
+    fixed = [n for n in taskset.names if n not in tops]
+    curriculum = Curriculum(controller, problems, VerdictRecorder(lambda: controller.levels), fixed)
     return taskset, train, eval_rows, curriculum
 
 
-def build_level_eval_rows(
-    taskset: TaskSet, tops: dict[str, int], size: int, seed: int, system: str | None, shots: Shots = ()
-) -> list[dict[str, Any]]:
-    """`size` problems of each curriculum task at each of its levels, as its training problems are drawn
-    there (the level's config over the task's); the same for the whole run. Seeds apart from the fixed
-    eval's (seed + task index), so the top level's problems are not the fixed set again."""
-    rows = []
-    for i, name in enumerate(taskset.names):
-        if name not in tops:
-            continue
-        spec = taskset.spec[name]
-        for level in range(tops[name] + 1):
-            at_level = TaskSet({name: {**spec, "config": config_at(name, level, spec["config"])}})
-            drawn = at_level.sample(size, seed + 1000 * (i + 1) + level)
-            rows += [{**to_row(e, system, shots), "eval_level": level} for e in drawn]
-    return rows
-
-
 class CurriculumCallback(TrainerCallback, ExportableState):
-    """After each optimizer step, every rank's verdicts move the levels; at a checkpoint the levels and
-    windows are saved in trainer_state.json (transformers saves `ExportableState.state()`), and read
-    back from there when a resumed run begins.
-
-    Multi-process: every rank gathers all ranks' verdicts (`gather_object`, in rank order) and runs the
-    same deterministic update on the same list, so every rank holds the same levels and draws the same
-    problem for the same index (a group's completions may be spread over ranks).
-    """
+    """After each optimizer step, every rank's verdicts move the levels; the levels and windows are saved
+    in trainer_state.json (`ExportableState.state()`) and read back when a resumed run begins. Every rank
+    gathers all ranks' verdicts in rank order and runs the same update, so every rank draws the same
+    problem for the same index (a group's completions may be spread over ranks)."""
 
     def __init__(self, curriculum: Curriculum):
         self.curriculum = curriculum

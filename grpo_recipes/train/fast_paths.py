@@ -1,38 +1,20 @@
-"""Two speed-ups for GRPOTrainer where TRL's defaults are tuned for GPUs (measured in
-benchmarks/RESULTS.md, targets 1 and 2). The numbers stay the same up to bf16 rounding.
-
-1. Generation under one autocast context. With fp32 weights and bf16 mixed precision, accelerate
-   wraps each `forward` in autocast, and leaving autocast empties its cache of bf16 weight
-   copies: every decoding step cast all the weights again, with identical tokens. An outer
-   context keeps the copies for the whole `generate`.
-
-2. Completion log-probs from the model's own logits on devices without Triton (CPU). TRL scores
-   completions with a chunked "fused LM head" that never materialises the logits; without Triton
-   it projects every position, prompts included, and runs its backward in fp32 with elementwise
-   passes over [tokens, vocab] tiles. A CPU micro-batch's completion logits are small, so they are
-   computed for the completion positions only (`logits_to_keep`), in the autocast dtype like any
-   other layer, with a log-softmax in fp32; micro-batches too large for the host's memory, and the
-   cases `install` lists, keep TRL's head.
-
-Both stand in for TRL internals, so they are switched (`grpo.fast_paths`: auto | true | false):
-`auto` installs them only on the TRL versions they were written and tested against, and only while
-the internals they rely on (TRL_INTERFACE) look as they did then; otherwise the log says why not.
+"""Two speed-ups for GRPOTrainer where TRL's defaults are tuned for GPUs (benchmarks/RESULTS.md, targets
+1 and 2; the numbers stay the same up to bf16 rounding): generation under one autocast context, and
+completion log-probs from the model's own logits on devices without Triton (CPU). Both stand in for TRL
+internals, so `grpo.fast_paths: auto` installs them only on the TRL versions they were tested against
+and while the internals they rely on (TRL_INTERFACE) look as they did then (README "Speed and memory").
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import types
-from typing import Any
 
-from grpo_recipes.models.memory import trim_heap
+from grpo_recipes.models.hardware import host_memory_bytes, trim_heap
 
 log = logging.getLogger(__name__)
-
-# The direct head holds a bf16 and a few fp32 copies of each completion-position logit.
-BYTES_PER_LOGIT = 18
-
 
 # TRL versions the fast paths were written and tested against, and the internals they rely on there.
 TESTED_TRL = ("1.16.0",)
@@ -55,59 +37,42 @@ TRL_INTERFACE = {
 def trl_interface() -> dict[str, str]:
     """The installed TRL's side of TRL_INTERFACE, spelled the same way."""
     import dataclasses
-    import inspect
 
     from trl import GRPOTrainer
     from trl.trainer.utils import FusedCausalLMOutput, add_fused_lm_head
 
-    def params(signature: inspect.Signature) -> str:
-        return ", ".join(
-            str(p.replace(annotation=inspect.Parameter.empty)) for p in signature.parameters.values()
-        )
-
-    inner = next(
-        (c for c in add_fused_lm_head.__code__.co_consts if getattr(c, "co_name", "") == "_fused_forward"),
-        None,
-    )
-    if inner is not None:  # the parameters of the forward TRL patches in (a closure inside it)
-        keyword_only = inner.co_varnames[inner.co_argcount : inner.co_argcount + inner.co_kwonlyargcount]
-        forward = ", ".join(["self", "*args", *keyword_only, "**kwargs"])
-    else:
-        forward = "not found"
-    source = inspect.getsource(GRPOTrainer._get_per_token_logps_and_entropies)
+    signature = inspect.signature(add_fused_lm_head)
+    params = [str(p.replace(annotation=inspect.Parameter.empty)) for p in signature.parameters.values()]
+    kw = [  # the keyword-only parameters of the forward TRL patches in (a closure inside it)
+        c.co_varnames[c.co_argcount : c.co_argcount + c.co_kwonlyargcount]
+        for c in add_fused_lm_head.__code__.co_consts
+        if getattr(c, "co_name", "") == "_fused_forward"
+    ]
+    forward = ", ".join(["self", "*args", *kw[0], "**kwargs"]) if kw else "not found"
+    fields = [f.name for f in dataclasses.fields(FusedCausalLMOutput)]
     call = "model(**model_inputs, labels=labels, fused_lm_head=True)"
+    source = inspect.getsource(GRPOTrainer._get_per_token_logps_and_entropies)
     return {
-        "trl.trainer.utils.add_fused_lm_head": params(inspect.signature(add_fused_lm_head)),
+        "trl.trainer.utils.add_fused_lm_head": ", ".join(params),
         "add_fused_lm_head's patched forward": forward,
-        "trl.trainer.utils.FusedCausalLMOutput": ", ".join(
-            f.name for f in dataclasses.fields(FusedCausalLMOutput)
-        ),
+        "trl.trainer.utils.FusedCausalLMOutput": ", ".join(fields),
         "GRPOTrainer._get_per_token_logps_and_entropies calls": call if call in source else "another call",
     }
 
 
-def interface_changes() -> list[str]:
-    """The TRL internals that no longer look as the fast paths expect (empty: all as written for)."""
-    installed = trl_interface()
-    return [name for name, expected in TRL_INTERFACE.items() if installed.get(name) != expected]
-
-
 def direct_head_budget() -> int:
-    """Completion logits a micro-batch may have for the direct head, within a sixteenth of the host's
-    memory; above it, TRL's memory-lean head is kept."""
-    from grpo_recipes.models.hardware import host_memory_bytes
-
-    return host_memory_bytes() // 16 // BYTES_PER_LOGIT
+    """Completion logits a micro-batch may have for the direct head: a sixteenth of the host's memory at 18
+    bytes a logit (a bf16 and a few fp32 copies); above it, TRL's memory-lean head is kept."""
+    return host_memory_bytes() // 16 // 18
 
 
 def generate_with_cached_casts(model, accelerator) -> None:
-    """Run `model.generate` inside the accelerator's autocast context (a no-op without mixed precision);
-    on a CPU, then return the memory generation freed to the OS."""
+    """Run `model.generate` inside the accelerator's autocast context (a no-op without mixed precision):
+    leaving autocast, as accelerate does after each `forward`, empties its cache of bf16 weight copies,
+    so every decoding step cast all the weights again. On a CPU, then return the freed memory to the OS."""
     generate = model.generate
     if getattr(generate, "_cached_casts", False):
         return
-
-    on_cpu = accelerator.device.type == "cpu"
 
     @functools.wraps(generate)
     def generate_in_autocast(*args, **kwargs):
@@ -115,8 +80,8 @@ def generate_with_cached_casts(model, accelerator) -> None:
             with accelerator.autocast():
                 return generate(*args, **kwargs)
         finally:
-            if on_cpu:
-                trim_heap()  # the weight copies and KV cache just freed (memory.py)
+            if accelerator.device.type == "cpu":
+                trim_heap()  # the weight copies and KV cache just freed
 
     generate_in_autocast._cached_casts = True
     model.generate = generate_in_autocast
@@ -125,8 +90,9 @@ def generate_with_cached_casts(model, accelerator) -> None:
 def completion_logprob_head(model, temperature: float, max_logits: int | None = None) -> bool:
     """Wrap a model already patched by TRL's `add_fused_lm_head`: a `fused_lm_head=True` call on a
     CPU computes the same `FusedCausalLMOutput` (log-probs with gradient, entropy without) from the
-    completion positions' logits; any call it does not cover goes to TRL's head unchanged.
-    Returns False, changing nothing, on a model without TRL's head."""
+    completion positions' logits, in the autocast dtype. Without Triton TRL's head projects every
+    position, prompts included, and runs its backward in fp32 over [tokens, vocab] tiles. Any call this
+    does not cover goes to TRL's head unchanged. Returns False, changing nothing, without TRL's head."""
     import torch
     from trl.trainer.utils import FusedCausalLMOutput
 
@@ -139,23 +105,14 @@ def completion_logprob_head(model, temperature: float, max_logits: int | None = 
     # left padding, logits_to_keep) from it.
     @functools.wraps(type(model).forward)
     def forward(self, *args, fused_lm_head: bool = False, labels=None, **kwargs):
-        direct = (
-            fused_lm_head
-            and labels is not None
-            and not args
-            and labels.device.type == "cpu"
-            and kwargs.get("shift_labels") is None
-            and not kwargs.get("output_router_logits")
-        )
-        if direct:
+        keep = 0
+        plain = args or kwargs.get("shift_labels") is not None or kwargs.get("output_router_logits")
+        if fused_lm_head and labels is not None and labels.device.type == "cpu" and not plain:
             valid = labels[:, 1:] != -100  # next-token labels, as TRL's head scores them
             scored = valid.any(0).nonzero()
             first = int(scored[0]) if len(scored) else valid.size(1)
             keep = valid.size(1) - first
-            direct = (
-                0 < keep and labels.size(0) * keep * self.config.get_text_config().vocab_size <= max_logits
-            )
-        if not direct:
+        if not 0 < keep or labels.size(0) * keep * self.config.get_text_config().vocab_size > max_logits:
             return fused_forward(*args, fused_lm_head=fused_lm_head, labels=labels, **kwargs)
 
         num_items = kwargs.pop("num_items_in_batch", None)
@@ -166,15 +123,13 @@ def completion_logprob_head(model, temperature: float, max_logits: int | None = 
         targets = labels[:, first + 1 :]
         mask = targets != -100
         logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)
-        log_probs = (
-            logp_all.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1).masked_fill(~mask, 0.0)
-        )
+        picked = logp_all.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+        log_probs = picked.masked_fill(~mask, 0.0)
         with torch.no_grad():
             entropy = -(logp_all.exp() * logp_all).sum(-1).masked_fill(~mask, 0.0)
 
-        def widen(x):  # back to TRL's (batch, seq_len - 1), zero on the unscored prompt positions
-            return torch.nn.functional.pad(x, (first, 0))
-
+        # back to TRL's (batch, seq_len - 1), zero on the unscored prompt positions
+        widen = functools.partial(torch.nn.functional.pad, pad=(first, 0))
         loss = -log_probs.sum() / (mask.sum().clamp(min=1) if num_items is None else num_items)
         return FusedCausalLMOutput(
             loss=loss, log_probs=widen(log_probs), entropy=widen(entropy), label_mask=widen(mask)
@@ -187,13 +142,11 @@ def completion_logprob_head(model, temperature: float, max_logits: int | None = 
 def _has_trl_head(forward) -> bool:
     """Whether TRL's `_fused_forward` is in this forward's chain of wrappers (accelerate wraps the
     reference model's forward in autocast before we see it)."""
-    fn = getattr(forward, "__func__", forward)
-    while fn is not None:
-        code = getattr(fn, "__code__", None)
-        if code is not None and "fused_lm_head" in code.co_varnames:
-            return True
-        fn = getattr(fn, "__wrapped__", None)
-    return False
+
+    def trl(fn) -> bool:
+        return "fused_lm_head" in getattr(getattr(fn, "__code__", None), "co_varnames", ())
+
+    return trl(inspect.unwrap(getattr(forward, "__func__", forward), stop=trl))
 
 
 def apply(trainer, mode: bool | str = "auto") -> str:
@@ -202,12 +155,12 @@ def apply(trainer, mode: bool | str = "auto") -> str:
 
     if mode is False:
         return "off (grpo.fast_paths=false)"
-    if trl.__version__ not in TESTED_TRL or interface_changes():
-        why = (
-            f"written for TRL {', '.join(TESTED_TRL)}, TRL {trl.__version__} is installed"
-            if trl.__version__ not in TESTED_TRL
-            else f"TRL's {', '.join(interface_changes())} changed"
-        )
+    why = None
+    if trl.__version__ not in TESTED_TRL:
+        why = f"written for TRL {', '.join(TESTED_TRL)}, TRL {trl.__version__} is installed"
+    elif changed := [name for name, spelled in trl_interface().items() if TRL_INTERFACE[name] != spelled]:
+        why = f"TRL's {', '.join(changed)} changed"
+    if why:
         if mode == "auto":
             return f"off: {why} (grpo.fast_paths=true installs them anyway)"
         log.warning("grpo.fast_paths=true: installing them although %s", why)
@@ -220,7 +173,7 @@ def install(trainer) -> list[str]:
     generate_with_cached_casts(trainer.model, trainer.accelerator)
     if trainer.accelerator.mixed_precision != "no":
         installed.append("generation under one autocast context")
-    args: Any = trainer.args
+    args = trainer.args
     # TRL patches the base model under PEFT, and the reference model when there is one (beta > 0).
     models = [trainer.model.get_base_model() if hasattr(trainer.model, "get_base_model") else trainer.model]
     if getattr(trainer, "ref_model", None) is not None:

@@ -1,10 +1,6 @@
-"""A warning when training has no signal: GRPO learns only from prompt groups whose rewards differ.
-
-A group in which every completion gets the same reward has zero advantage and contributes no
-gradient. After `grpo.no_signal_warning` consecutive logged steps in which every group was like that
-(TRL's `frac_reward_zero_std` = 1), the log says so once and names the likely cause, read from the
-same step's metrics: every completion wrong (too hard), every one right (too easy), completions cut
-off at `max_completion_length`, or a reward that cannot vary.
+"""A warning after `grpo.no_signal_warning` logged steps in a row in which every prompt group's completions
+got the same reward (TRL's `frac_reward_zero_std` = 1: no gradient), naming the likely cause from the
+step's metrics: too hard, too easy, cut off at `max_completion_length`, or a reward that cannot vary.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """One job of train_grpo.py, in one straight line: check the config and the run directory, assemble the
 run (assemble.py), build the trainer and its callbacks (trainer.py), then train, or evaluate alone
-(evaluation/standalone.py), and write the outputs. Nothing is written before everything is checked.
+(eval_only, below), and write the outputs. Nothing is written before everything is checked.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from grpo_common.errors import ConfigError
 from grpo_recipes.config import resume
 from grpo_recipes.config.checks import check_config
-from grpo_recipes.evaluation.standalone import eval_only, finished_objective
+from grpo_recipes.config.trainer_args import checked_here
 from grpo_recipes.train.assemble import Setup, assemble
 from grpo_recipes.train.trainer import Training, build_trainer, describe
 
@@ -50,7 +50,8 @@ def train(cfg: DictConfig) -> float:
     run_dir = Path(container["output_dir"])
     main = is_main_process()
     with console(None):
-        check_config(container)  # again: a search's sampled values are known only here (TRL's: in assemble)
+        if not checked_here(container):  # a search's sampled values, a job launched elsewhere
+            check_config(container)
         plan = resume.plan_run(run_dir, container["resume"], container["eval_only"], main)
         if plan.action == "finished":  # a sweep job (a single run stops before Hydra: preflight.py)
             resume.check_finished(run_dir, container["max_steps"])
@@ -95,9 +96,42 @@ def _record_overrides(run_dir: Path, resumed: bool) -> None:
         resume.record_overrides(run_dir, list(HydraConfig.get().overrides.task), resumed)
 
 
-def _train(cfg: dict[str, Any], run_dir: Path, s: Setup, training: Training) -> float:
-    from grpo_recipes.models.weights import save_final_model
+def eval_only(cfg: dict[str, Any], run_dir: Path, s: Setup) -> float:
+    """The fixed evaluation alone on the assembled run `s` (train/assemble.py), as a training run's evals."""
+    from accelerate import Accelerator
+    from transformers import TrainerState
+
+    from grpo_recipes.outputs.logs import append_metrics
     from grpo_recipes.outputs.report import write_report
+    from grpo_recipes.train.fast_paths import generate_with_cached_casts
+    from grpo_recipes.train.trainer import make_evaluator
+
+    # The precision training would use (the Trainer wraps forward in bf16 autocast when bf16 is on),
+    # so that eval_only on a checkpoint reproduces that run's eval exactly.
+    mixed = "bf16" if s.args.bf16 else ("fp16" if s.args.fp16 else "no")
+    accelerator = Accelerator(cpu=not s.hw.gpu, mixed_precision=mixed)
+    describe(cfg, run_dir, s, accelerator)
+    model = accelerator.prepare_model(s.model, evaluation_mode=True).eval()
+    if s.args.fast_paths is not False:  # as training generated its evals
+        generate_with_cached_casts(model, accelerator)
+    state = Path(cfg["model"]["path"]).expanduser() / "trainer_state.json"  # a checkpoint's; base model: 0
+    step = TrainerState.load_from_json(str(state)).global_step if state.is_file() else 0
+    metrics, _ = make_evaluator(cfg, s).run(model, accelerator, step, run_dir / "eval_results")
+    if accelerator.is_main_process:
+        append_metrics(run_dir / "metrics.jsonl", step, {f"eval_{k}": v for k, v in metrics.items()})
+        write_report(run_dir)
+    return float(metrics[cfg["optimized_metric"]])
+
+
+def finished_objective(run_dir: Path, metric: str) -> float:
+    """A finished run's objective, read back from its last fixed eval (a search that resumes)."""
+    from grpo_recipes.outputs.logs import load_evals
+
+    evals = load_evals(run_dir)
+    return float(evals[max(evals)]["metrics"][metric]) if evals else 0.0
+
+
+def _train(cfg: dict[str, Any], run_dir: Path, s: Setup, training: Training) -> float:
     from grpo_recipes.train import fast_paths
     from grpo_recipes.train.stopping import trim_metrics_after
 
@@ -138,6 +172,9 @@ def _train(cfg: dict[str, Any], run_dir: Path, s: Setup, training: Training) -> 
         result = trainer.train(resume_from_checkpoint=str(s.checkpoint) if s.checkpoint else None)
     finally:
         stop.uninstall()
+    from grpo_recipes.models.weights import save_final_model  # after training: not part of start-up
+    from grpo_recipes.outputs.report import write_report
+
     if stop.requested:
         if trainer.is_world_process_zero():
             write_report(run_dir)

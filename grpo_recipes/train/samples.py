@@ -1,23 +1,13 @@
-"""samples.jsonl: what the model wrote during training, with what each reward gave it.
-
-At step 1 and every `log_samples_every` steps, the first `log_samples_count` rollouts of the step's
-generation batch are kept: step, task, prompt, completion, each reward component, the answer read
-from it (and the rule that read it), the reference answer, and whether it was cut off at
-grpo.max_completion_length. Watching them is how reward hacking is caught (a format reward earned
-with no answer, an answer copied from the prompt ...).
-
-The hook is TRL's reward calling convention: every reward function gets the batch's prompts,
-completions, completion_ids and the dataset columns, and TRL calls them one after another on the
-same batch; a thin wrapper (same `__name__`, so TRL's metric names do not change) keeps its scores
-next to the completions. The callback writes the step's records when the step ends, and hands
-them to the trackers as a table (wandb.Table, trackio.Table) when one of them is on.
+"""samples.jsonl (README "What the model wrote"): at step 1 and every `log_samples_every` steps, the first
+`log_samples_count` rollouts with each reward component, the answer read and whether they were cut off.
+Each reward function is wrapped (same `__name__`, so TRL's metric names do not change) to keep its
+scores next to the completions; TRL calls them one after another on the same batch.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -25,19 +15,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from grpo_recipes.outputs.logs import append_jsonl, read_jsonl
 from rewards.common import completion_text, entries
-
-TABLE_COLUMNS = (
-    "step",
-    "task",
-    "prompt",
-    "completion",
-    "rewards",
-    "extracted",
-    "rule",
-    "answer",
-    "truncated",
-)
 
 
 def wanted(step: int, every: int) -> bool:
@@ -56,129 +35,92 @@ def prompt_text(prompt: Any) -> str:
 class SampleRecorder(TrainerCallback):
     """Wraps the reward functions (`wrap`) and, as a trainer callback, writes samples.jsonl."""
 
-    def __init__(
-        self,
-        path: Path,
-        every: int,
-        count: int,
-        judge: Callable[[list[str], list[dict]], list],
-        max_completion_length: int,
-        eos_token_ids: set[int],
-        report_to: list[str],
-    ):
+    def __init__(self, path, every, count, judge, max_completion_length, eos_token_ids, report_to):
         self.path, self.every, self.count = Path(path), every, count
-        # TaskSet.judge with the response prefix: the extracted answer, as the reward read it
-        self.judge = judge
+        self.judge = judge  # TaskSet.judge(texts, rows) with the response prefix, as the rewards read
         self.max_completion_length = max_completion_length
         self.eos_token_ids = eos_token_ids
-        self.report_to = report_to  # the trackers on (TRL's report_to): the table goes to wandb, trackio
+        self.report_to = report_to  # TRL's report_to: the table goes to wandb, trackio
         self.pending: dict[int, dict[str, Any]] = {}  # step -> the batch being recorded
 
     def wrap(self, reward_funcs: list[Callable]) -> list[Callable]:
-        return [self._wrapped(f) for f in reward_funcs]
+        def wrapped(fn: Callable) -> Callable:
+            @functools.wraps(fn)  # TRL names the reward's metrics by __name__
+            def reward(prompts, completions, completion_ids=None, **kwargs):
+                scores = fn(prompts, completions, completion_ids=completion_ids, **kwargs)
+                self._keep(fn.__name__, scores, prompts, completions, completion_ids, kwargs)
+                return scores
 
-    def _wrapped(self, fn: Callable) -> Callable:
-        @functools.wraps(fn)  # TRL names the reward's metrics by __name__
-        def reward(prompts, completions, completion_ids=None, **kwargs):
-            scores = fn(prompts, completions, completion_ids=completion_ids, **kwargs)
-            state = kwargs.get("trainer_state")
-            if state is not None:
-                self._keep(
-                    state.global_step + 1, fn.__name__, prompts, completions, completion_ids, kwargs, scores
-                )
-            return scores
+            return reward
 
-        return reward
+        return [wrapped(f) for f in reward_funcs]
 
-    def _keep(self, step, name, prompts, completions, completion_ids, kwargs, scores) -> None:
-        if not wanted(step, self.every):
+    def _keep(self, name, scores, prompts, completions, completion_ids, kwargs) -> None:
+        state = kwargs.get("trainer_state")
+        if state is None or not wanted(step := state.global_step + 1, self.every):
             return
-        batch = self.pending.get(step)
-        if batch is None:
+        if step not in self.pending:
             n = min(self.count, len(completions))
-            # TRL hands every reward the same list (its id marks the batch): later batches are skipped
-            batch = self.pending[step] = {
-                "id": id(completions),
-                "prompts": prompts[:n],
-                "completions": completions[:n],
-                "ids": list(completion_ids[:n]) if completion_ids is not None else [None] * n,
-                "rows": entries(kwargs, n),
-                "rewards": {},
-            }
-        if batch["id"] == id(completions):
-            batch["rewards"][name] = [None if s is None else float(s) for s in scores[: len(batch["rows"])]]
-
-    def records(self, step: int) -> list[dict[str, Any]]:
-        batch = self.pending.pop(step, None)
-        if batch is None:
-            return []
-        texts = [completion_text(c) for c in batch["completions"]]
-        judged = self.judge(texts, batch["rows"]) if batch["rows"] else []
-        out = []
-        for i, text in enumerate(texts):
-            row, ids = batch["rows"][i], batch["ids"][i]
-            extraction = judged[i][0] if i < len(judged) else None
-            out.append(
+            ids = list(completion_ids[:n]) if completion_ids is not None else [None] * n
+            entries_ = entries(kwargs, n)
+            rows = [
                 {
                     "step": step,
                     "task": row.get("task"),
-                    "prompt": prompt_text(batch["prompts"][i]),
-                    "completion": text,
-                    "rewards": {name: scores[i] for name, scores in batch["rewards"].items()},
-                    "extracted": extraction.answer if extraction is not None else None,
-                    "rule": extraction.rule if extraction is not None else None,
+                    "prompt": prompt_text(prompt),
+                    "completion": completion_text(completion),
+                    "rewards": {},
+                    "extracted": None,
+                    "rule": None,
                     "answer": row.get("answer"),
-                    "truncated": self.truncated(ids),
+                    "truncated": self.truncated(ids_),
                 }
-            )
-        return out
+                for prompt, completion, ids_, row in zip(prompts, completions, ids, entries_)
+            ]
+            # TRL hands every reward the same list (its id marks the batch): later batches are skipped
+            self.pending[step] = {"id": id(completions), "rows": rows, "entries": entries_}
+        if self.pending[step]["id"] == id(completions):
+            for row, score in zip(self.pending[step]["rows"], scores):
+                row["rewards"][name] = None if score is None else float(score)
 
-    def truncated(self, ids: list[int] | None) -> bool | None:
+    def truncated(self, ids) -> bool | None:
         """Cut off at max_completion_length: as long as allowed and not ended by an end-of-sequence token."""
         if ids is None:
             return None
-        ids = list(ids)
-        return len(ids) >= self.max_completion_length and (not ids or ids[-1] not in self.eos_token_ids)
+        return len(ids) >= self.max_completion_length and (not len(ids) or ids[-1] not in self.eos_token_ids)
+
+    def records(self, step: int) -> list[dict[str, Any]]:
+        """The step's rows, with the answer each completion gives as the rewards read it."""
+        batch = self.pending.pop(step)
+        rows = batch["rows"]
+        judged = self.judge([r["completion"] for r in rows], batch["entries"]) if rows else []
+        for row, (extraction, *_) in zip(rows, judged):
+            if extraction is not None:
+                row["extracted"], row["rule"] = extraction.answer, extraction.rule
+        return rows
 
     def on_step_end(self, args, state, control, **kwargs):
         for step in sorted(s for s in self.pending if s <= state.global_step):
             rows = self.records(step)
             if rows and state.is_world_process_zero:
-                write_samples(self.path, rows)
+                append_jsonl(self.path, rows)  # whole and synced: an interrupted run keeps every step written
                 self._to_trackers(rows, step)
 
     def _to_trackers(self, rows: list[dict[str, Any]], step: int) -> None:
-        table = [[json.dumps(r[c]) if c == "rewards" else r[c] for c in TABLE_COLUMNS] for r in rows]
+        columns = list(rows[0])  # the record's keys, in order
+        table = [[json.dumps(r[c]) if c == "rewards" else r[c] for c in columns] for r in rows]
         wandb = sys.modules.get("wandb")
         if "wandb" in self.report_to and wandb is not None and wandb.run is not None:
-            wandb.log({"train/samples": wandb.Table(columns=list(TABLE_COLUMNS), data=table)})
+            wandb.log({"train/samples": wandb.Table(columns=columns, data=table)})
         trackio = sys.modules.get("trackio")
         if "trackio" in self.report_to and trackio is not None:
-            trackio.log(
-                {
-                    "train/samples": trackio.Table(columns=list(TABLE_COLUMNS), data=table),
-                    "train/global_step": step,
-                }
-            )
-
-
-def write_samples(path: Path, rows: list[dict[str, Any]]) -> None:
-    """Appended whole and synced, like metrics.jsonl: an interrupted run keeps every step written."""
-    with open(path, "a") as f:
-        f.write("".join(json.dumps(r, default=str) + "\n" for r in rows))
-        f.flush()
-        os.fsync(f.fileno())
+            samples = trackio.Table(columns=columns, data=table)
+            trackio.log({"train/samples": samples, "train/global_step": step})
 
 
 def read_samples(path: Path) -> dict[int, list[dict[str, Any]]]:
     """samples.jsonl by step (a line cut by a crash is skipped)."""
     by_step: dict[int, list[dict[str, Any]]] = {}
-    if not path.is_file():
-        return by_step
-    for line in path.read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
+    for row in read_jsonl(path):
         by_step.setdefault(int(row["step"]), []).append(row)
     return dict(sorted(by_step.items()))

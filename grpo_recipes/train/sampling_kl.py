@@ -1,24 +1,18 @@
-"""The tinker recipe's sampler-vs-learner metrics, on every training step:
-
-- `sampling/kl_sample_train_v1` = mean(sampling_logp - training_logp) over the completion tokens
-- `sampling/kl_sample_train_v2` = 0.5 * mean((sampling_logp - training_logp) ** 2)
-- `ac_tokens_per_turn` = sampled (action) tokens per completion; one turn per completion here
-
-Both KLs are ~0 when sampler and learner compute the same distribution; they grow with numerical
-mismatch (bf16 generation, a vLLM engine) or stale weights. Sampling log-probs: vLLM's (processed:
-after temperature and top-k/p), or recorded from transformers' `generate` (sampling_logprobs.py).
-Training log-probs: TRL's `old_per_token_logps` when it computes them (off-policy steps, vLLM), else
-the loss pass's own, detached. The cost is one logsumexp over the vocabulary per generated token.
+"""The tinker recipe's sampler-vs-learner metrics on every training step (README "Evaluation and
+metrics"): `sampling/kl_sample_train_v1`/`v2` and `ac_tokens_per_turn`. Sampling log-probs are vLLM's
+(after temperature and top-k/p) or recorded while `generate` samples (TRL's transformers path returns
+none); training log-probs are TRL's `old_per_token_logps` when it computes them, else the loss pass's.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+from typing import Any
 
 import torch
+from transformers.generation import logits_process as lp
 from trl import GRPOTrainer
-
-from grpo_recipes.train.sampling_logprobs import SamplingLogprobRecorder
 
 log = logging.getLogger(__name__)
 
@@ -35,14 +29,9 @@ def sample_train_sums(
     sampled = ~torch.isnan(sampling)
     scored = sampled & loss_mask.bool()
     diff = torch.where(scored, sampling - training.float(), torch.zeros_like(sampling))
+    completions = torch.tensor(float(sampling.size(0)), device=sampling.device)
     return torch.stack(
-        [
-            diff.sum(),
-            diff.pow(2).sum(),
-            scored.sum().float(),
-            sampled.sum().float(),
-            torch.tensor(float(sampling.size(0)), device=sampling.device),
-        ]
+        [diff.sum(), diff.pow(2).sum(), scored.sum().float(), sampled.sum().float(), completions]
     )
 
 
@@ -55,13 +44,66 @@ def sample_train_metrics(sums: torch.Tensor) -> dict[str, float]:
     return metrics
 
 
-def padded_rows(rows: list[torch.Tensor], width: int, device) -> torch.Tensor:
-    """Per-completion log-probs as one (batch, width) tensor, NaN past each completion's end."""
-    out = torch.full((len(rows), width), float("nan"), device=device)
-    for i, row in enumerate(rows):
-        n = min(len(row), width)
-        out[i, :n] = row[:n].to(device)
-    return out
+def sampling_warpers(config, fallback=None) -> lp.LogitsProcessorList | None:
+    """The warpers generate applies when sampling with `config` (transformers' order), or None when the
+    sampled distribution is not one this module reproduces (greedy, beams, other warpers)."""
+
+    def value(name: str):  # generate fills a config's unset (None) fields from the model's
+        v = getattr(config, name, None)
+        return getattr(fallback, name, None) if v is None and fallback is not None else v
+
+    if not value("do_sample") or (value("num_beams") or 1) > 1 or value("watermarking_config") is not None:
+        return None
+    if value("top_h") is not None or (value("typical_p") or 1.0) < 1.0:
+        return None
+    if 0.0 < (value("epsilon_cutoff") or 0.0) < 1.0 or 0.0 < (value("eta_cutoff") or 0.0) < 1.0:
+        return None
+    temperature, top_k, top_p, min_p = (value(n) for n in ("temperature", "top_k", "top_p", "min_p"))
+    warpers = lp.LogitsProcessorList()
+    if temperature is not None and temperature != 1.0:
+        warpers.append(lp.TemperatureLogitsWarper(temperature))
+    if top_k is not None and top_k != 0:
+        warpers.append(lp.TopKLogitsWarper(top_k=top_k))
+    if top_p is not None and top_p < 1.0:
+        warpers.append(lp.TopPLogitsWarper(top_p=top_p))
+    if min_p is not None:
+        warpers.append(lp.MinPLogitsWarper(min_p=min_p))
+    return warpers
+
+
+class ChosenTokenLogprobs(lp.LogitsProcessor):
+    """Observes generate: records log p(chosen token) under the warped distribution and returns the scores
+    untouched. A logits processor passed to `generate` runs before its sampling warpers, so this one
+    applies the same warpers to a copy of the scores, one step's: never the [steps, batch, vocab] tensor
+    that `output_scores=True` would hold. Each call sees the previous step's token as the last input id."""
+
+    def __init__(self, warpers: lp.LogitsProcessorList):
+        self.warpers = warpers
+        self.steps: list[torch.Tensor] = []
+        self.last: tuple[torch.Tensor, torch.Tensor] | None = None  # the latest step's scores, logsumexp
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
+        if self.last is not None:
+            self.steps.append(self._chosen(input_ids[:, -1]))
+        warped = self.warpers(input_ids, scores)
+        self.last = (warped, torch.logsumexp(warped.float(), dim=-1))
+        return scores
+
+    def _chosen(self, tokens: torch.Tensor) -> torch.Tensor:
+        warped, lse = self.last
+        return warped.float().gather(1, tokens.unsqueeze(1)).squeeze(1) - lse
+
+    def logprobs(self, new_tokens: torch.Tensor) -> torch.Tensor:
+        """(batch, n) log-probs of the n generated tokens (generate may have run a step it then undid)."""
+        n = new_tokens.size(1)
+        steps = self.steps[:n]
+        if len(steps) < n and self.last is not None:
+            steps.append(self._chosen(new_tokens[:, len(steps)]))
+        if len(steps) < n:
+            raise RuntimeError(f"recorded {len(steps)} sampling steps for {n} generated tokens")
+        if not steps:
+            return torch.zeros((new_tokens.size(0), 0), device=new_tokens.device)
+        return torch.stack(steps, dim=1)
 
 
 class SamplingKLTrainer(GRPOTrainer):
@@ -70,31 +112,49 @@ class SamplingKLTrainer(GRPOTrainer):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._recorder = SamplingLogprobRecorder()
-        self._recorder.wrap(self.model)  # TRL generates with the unwrapped model: this one
+        self._recording = False  # True in TRL's training generations: the fixed eval generates as it was
+        self._recorded: torch.Tensor | None = None  # sampled-token log-probs (batch, new tokens) or None
+        self._why_not: str | None = None  # why they could not be recorded
         self._sampled_rows: list[torch.Tensor] | None = None
         self._loss_pass_logps: torch.Tensor | None = None
         self._said_why_not = False
+        model = self.model  # TRL generates with the unwrapped model: this one
+        generate = model.generate
 
-    def _generate_single_turn(
-        self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False
-    ):
-        with self._recorder.recording():
-            completion_ids, logprobs = super()._generate_single_turn(
-                prompt_ids, images, multimodal_fields, num_generations, has_tool_images
-            )
+        @functools.wraps(generate)
+        def generate_recording(*args, **kwargs):
+            if not self._recording:
+                return generate(*args, **kwargs)
+            warpers = sampling_warpers(kwargs.get("generation_config"), model.generation_config)
+            input_ids = kwargs.get("input_ids")
+            if warpers is None or args or input_ids is None or kwargs.get("logits_processor"):
+                self._why_not = "generate is not plain sampling with input_ids (greedy, beams, other warpers)"
+                return generate(*args, **kwargs)
+            observer = ChosenTokenLogprobs(warpers)
+            out = generate(*args, logits_processor=lp.LogitsProcessorList([observer]), **kwargs)
+            sequences = out if isinstance(out, torch.Tensor) else out.sequences
+            self._recorded = observer.logprobs(sequences[:, input_ids.size(1) :])
+            return out
+
+        model.generate = generate_recording
+
+    def _generate_single_turn(self, *args, **kwargs):
+        self._recording, self._recorded, self._why_not = True, None, None
+        try:
+            completion_ids, logprobs = super()._generate_single_turn(*args, **kwargs)
+        finally:
+            self._recording = False
+        rows = None
         if logprobs is not None:  # vLLM's; a token it could not score is None
-            rows = [torch.tensor([float("nan") if x is None else x for x in lp]) for lp in logprobs]
-        elif self._recorder.logprobs is not None:
-            rows = [lp[: len(ids)] for lp, ids in zip(self._recorder.logprobs, completion_ids, strict=True)]
-        else:
-            rows = None
-            if not self._said_why_not:
-                self._said_why_not = True
-                log.info(
-                    "sampling/kl_sample_train_v1/v2 and ac_tokens_per_turn are not logged: %s",
-                    self._recorder.why_not or "this generation backend returns no sampling log-probs",
-                )
+            rows = [torch.tensor([float("nan") if x is None else x for x in row]) for row in logprobs]
+        elif self._recorded is not None:
+            rows = [row[: len(ids)] for row, ids in zip(self._recorded, completion_ids, strict=True)]
+        elif not self._said_why_not:
+            self._said_why_not = True
+            log.info(
+                "sampling/kl_sample_train_v1/v2 and ac_tokens_per_turn are not logged: %s",
+                self._why_not or "this generation backend returns no sampling log-probs",
+            )
         self._sampled_rows = rows
         return completion_ids, logprobs
 
@@ -103,10 +163,12 @@ class SamplingKLTrainer(GRPOTrainer):
         output = super()._generate_and_score_completions(inputs)
         # Multi-turn tool calls generate several times per completion: one turn per completion only.
         if self.model.training and self._sampled_rows is not None and not self.tools:
-            completion_ids = output["completion_ids"]
-            output[SAMPLING_LOGPS] = padded_rows(
-                self._sampled_rows, completion_ids.size(1), completion_ids.device
-            )
+            ids = output["completion_ids"]
+            logps = torch.full((len(self._sampled_rows), ids.size(1)), float("nan"), device=ids.device)
+            for i, row in enumerate(self._sampled_rows):
+                n = min(len(row), ids.size(1))
+                logps[i, :n] = row[:n].to(ids.device)
+            output[SAMPLING_LOGPS] = logps
         self._sampled_rows = None
         return output
 
@@ -119,19 +181,23 @@ class SamplingKLTrainer(GRPOTrainer):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         self._loss_pass_logps = None
         result = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        if self.model.training and SAMPLING_LOGPS in inputs:
-            self._log_sample_train(inputs)
+        training = inputs.get("old_per_token_logps")
+        training = self._loss_pass_logps if training is None else training
+        # None: a loss path that does not score per token (Liger), nothing to compare
+        if self.model.training and SAMPLING_LOGPS in inputs and training is not None:
+            loss_mask = inputs["completion_mask"] * inputs.get("tool_mask", 1)
+            sums = sample_train_sums(inputs[SAMPLING_LOGPS], training, loss_mask)
+            for name, value in sample_train_metrics(self.accelerator.reduce(sums, reduction="sum")).items():
+                self._metrics["train"][name].append(value)
         self._loss_pass_logps = None
         return result
 
-    def _log_sample_train(self, inputs) -> None:
-        training = inputs.get("old_per_token_logps")
-        training = self._loss_pass_logps if training is None else training
-        if training is None:  # a loss path that does not score per token (Liger): nothing to compare
-            return
-        loss_mask = inputs["completion_mask"]
-        if "tool_mask" in inputs:
-            loss_mask = loss_mask * inputs["tool_mask"]
-        sums = sample_train_sums(inputs[SAMPLING_LOGPS], training, loss_mask)
-        for name, value in sample_train_metrics(self.accelerator.reduce(sums, reduction="sum")).items():
-            self._metrics["train"][name].append(value)
+
+def trainer_class(grpo: dict[str, Any]):
+    """The trainer build_trainer uses; the dynamic-sampling one (imported only then) with
+    `grpo.dynamic_sampling` on."""
+    if not grpo["dynamic_sampling"]:
+        return SamplingKLTrainer
+    from grpo_recipes.train.dynamic_sampling import DynamicSamplingTrainer
+
+    return functools.partial(DynamicSamplingTrainer, max_draws=grpo["dynamic_sampling_max_draws"])

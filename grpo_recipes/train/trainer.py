@@ -36,7 +36,7 @@ def make_evaluator(cfg: dict[str, Any], s: Setup):
 
 
 def describe(cfg: dict[str, Any], run_dir: Path, s: Setup, accelerator) -> None:
-    from grpo_recipes.models.engines import running_engine
+    from grpo_recipes.models.hardware import running_engine
 
     n_params = sum(t.numel() for t in s.model.parameters()) / 1e6
     per_level = sum(r.get("eval_level") is not None for r in s.eval_rows)
@@ -73,10 +73,9 @@ def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
 
     from grpo_recipes.config.trainer_args import name_the_key
     from grpo_recipes.evaluation.callback import FixedEvalCallback
-    from grpo_recipes.models.weights import CompleteShardedCheckpoints
     from grpo_recipes.outputs.logs import ConciseProgressCallback, MetricsFileCallback
-    from grpo_recipes.train.dynamic_sampling import trainer_class
     from grpo_recipes.train.no_signal import NoSignalWarning
+    from grpo_recipes.train.sampling_kl import trainer_class
     from grpo_recipes.train.stopping import GracefulStop
 
     samples = sample_recorder(cfg, run_dir, s)
@@ -119,7 +118,10 @@ def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
     trainer.add_callback(NoSignalWarning(s.args.no_signal_warning, s.args.max_completion_length))
     trainer.add_callback(samples)
     trainer.add_callback(stop)
-    trainer.add_callback(CompleteShardedCheckpoints())  # FSDP sharded checkpoints: eval_only loads them
+    if trainer.is_fsdp_enabled:  # FSDP's sharded checkpoints get what eval_only needs to load them
+        from grpo_recipes.models.weights import CompleteShardedCheckpoints
+
+        trainer.add_callback(CompleteShardedCheckpoints())
     return Training(trainer, evaluation, stop)
 
 

@@ -1,38 +1,48 @@
-"""The sandbox for model-written code: `Executor().run([Program(source), ...])`.
-
-One process-wide executor is shared by the code tasks' verifiers and the code reward, so the
-`sandbox` config group sets its limits once (`configure`).
-"""
+"""The sandbox for model-written code: `Executor().run([Program(source), ...])` (executor.py). One executor
+is shared by the code tasks' verifiers and the code reward, so the `sandbox` config group sets its limits
+once (`configure`); checking and storing them imports none of the machinery, which a run without code never
+loads."""
 
 from __future__ import annotations
 
-from rewards.sandbox.executor import DEFAULT_LANGUAGES, Executor, Program, Result
+import difflib
+from collections.abc import Mapping
 
-_executor: Executor | None = None
+LIMITS = ("timeout", "memory_mb", "max_output_kb", "max_processes", "disk_mb")  # positive numbers
+SETTINGS = (*LIMITS, "workers", "isolation", "languages", "read_paths")
+_settings: dict = {}
+_executor = None
 
 
-def get_executor() -> Executor:
+def check_settings(**settings) -> dict:
+    """`settings` (the Executor's keywords) when valid, else a ValueError naming the bad key or value."""
+    for key in settings:
+        if key not in SETTINGS:
+            close = difflib.get_close_matches(key, SETTINGS, n=1)
+            hint = f" Did you mean '{close[0]}'?" if close else ""
+            raise ValueError(f"sandbox: unknown key '{key}'.{hint} Accepted: {', '.join(SETTINGS)}")
+    if settings.get("isolation", "full") not in ("full", "basic"):
+        raise ValueError(f"sandbox.isolation must be 'full' or 'basic', got {settings['isolation']!r}")
+    for key in LIMITS:
+        value = settings.get(key, 1)
+        if not isinstance(value, (int, float)) or value <= 0:
+            raise ValueError(f"sandbox.{key} must be a positive number, got {value!r}")
+    for name, spec in settings.get("languages", {}).items():
+        if not isinstance(spec, Mapping) or "command" not in spec:
+            raise ValueError(f"sandbox.languages.{name} needs a 'command' template, e.g. [node, '{{file}}']")
+    return settings
+
+
+def configure(**settings) -> None:
+    """Set the shared executor's limits, e.g. from the `sandbox` config group; it is built on first use."""
+    global _settings, _executor
+    _settings, _executor = check_settings(**settings), None
+
+
+def get_executor():
     global _executor
     if _executor is None:
-        _executor = Executor()
+        from rewards.sandbox.executor import Executor
+
+        _executor = Executor(**_settings)
     return _executor
-
-
-def configure(**settings) -> Executor:
-    """Replace the shared executor, e.g. from the `sandbox` config group; a bad key or value is a
-    ValueError naming it."""
-    import dataclasses
-    import difflib
-
-    global _executor
-    known = [f.name for f in dataclasses.fields(Executor)]
-    for key in settings:
-        if key not in known:
-            close = difflib.get_close_matches(key, known, n=1)
-            hint = f" Did you mean '{close[0]}'?" if close else ""
-            raise ValueError(f"sandbox: unknown key '{key}'.{hint} Accepted: {', '.join(known)}")
-    _executor = Executor(**settings)
-    return _executor
-
-
-__all__ = ["DEFAULT_LANGUAGES", "Executor", "Program", "Result", "configure", "get_executor"]

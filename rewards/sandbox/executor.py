@@ -1,57 +1,43 @@
-"""Run untrusted programs (model-written code) in parallel, each confined by `launcher.py`.
-
-Each program gets a throw-away working directory, a scrubbed environment (no credentials or
-tokens: only PATH, HOME/TMPDIR pointing into its directory, locale and thread-count settings),
-its own process group and session, wall-clock, CPU, memory, file-size, process and open-file
-limits, and no network. On timeout, and after every run, its whole process group is killed.
-stdout and stderr go to files outside its directory and are read back capped. What kills, caps
-and counts a run's processes on the host side is in `processes.py`.
-
-The interpreter comes from a per-language command template, so any language can be plugged in by
-config, e.g. `{"node": {"command": ["node", "{file}"], "extension": ".js"}}`.
-"""
+"""Run untrusted programs (model-written code) in parallel, each confined by `launcher.py` (README: The
+code sandbox), all its processes killed after the run; its output goes to files outside its directory, read
+back capped. Any language plugs in by a command template: `{"node": {"command": ["node", "{file}"]}}`."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rewards.sandbox import check_settings
 from rewards.sandbox.guard import GUARD
-from rewards.sandbox.processes import kill_cgroup, kill_group, pids_cgroup_base, read_capped, user_tasks
 
 LAUNCHER = Path(__file__).with_name("launcher.py")
-# What of /etc an interpreter needs (not all of it: /etc/shadow and friends stay unreadable).
-ETC_FILES = (
-    "/etc/ld.so.cache",
-    "/etc/ld.so.conf",
-    "/etc/ld.so.conf.d",
-    "/etc/localtime",
-    "/etc/passwd",
-    "/etc/group",
-    "/etc/nsswitch.conf",
-    "/etc/alternatives",
-    "/etc/mime.types",
-)
+# Readable by every program: system directories and what of /etc an interpreter needs (not all of it:
+# /etc/shadow and friends stay unreadable).
+SYSTEM_PATHS = ["/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/opt", "/dev/urandom", "/dev/zero"]
+SYSTEM_PATHS += ["/dev/random", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime"]
+SYSTEM_PATHS += ["/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/etc/alternatives", "/etc/mime.types"]
+ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+ENV |= {"PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 # {file} is the program's path, {python} this interpreter. `preamble` is prepended to the source;
 # `epilogue` (non-Python code tests) echoes stdin's first line after a test, proving the test ran.
 _SH_ECHO = '[ $? -eq 0 ] && { read -r __sandbox_nonce; printf "\\n%s\\n" "$__sandbox_nonce"; }'
+_NODE_ECHO = 'process.stdout.write("\\n" + require("fs").readFileSync(0, "utf8"));'
 DEFAULT_LANGUAGES: dict[str, dict] = {
     "python": {"command": ["{python}", "-I", "-B", "{file}"], "extension": ".py", "preamble": GUARD},
-    "node": {
-        "command": ["node", "{file}"],
-        "extension": ".js",
-        "epilogue": 'process.stdout.write("\\n" + require("fs").readFileSync(0, "utf8"));',
-    },
+    "node": {"command": ["node", "{file}"], "extension": ".js", "epilogue": _NODE_ECHO},
     "bash": {"command": ["/bin/bash", "{file}"], "extension": ".sh", "epilogue": _SH_ECHO},
     "sh": {"command": ["/bin/sh", "{file}"], "extension": ".sh", "epilogue": _SH_ECHO},
 }
@@ -70,19 +56,12 @@ class Result:
     returncode: int | None
     stdout: str
     stderr: str
-    timed_out: bool
-    duration: float
-    output_truncated: bool = False
+    timed_out: bool = False
     error: str | None = None  # the executor could not run it (e.g. unknown language)
 
     @property
     def ok(self) -> bool:
         return self.returncode == 0 and not self.timed_out and self.error is None
-
-    @classmethod
-    def failed(cls, error: str, duration: float = 0.0) -> Result:
-        """A program the executor could not run: no exit status, no output."""
-        return cls(None, "", "", False, duration, error=error)
 
 
 @dataclass
@@ -102,60 +81,16 @@ class Executor:
     read_paths: Sequence[str] = ()
 
     def __post_init__(self):
-        if self.isolation not in ("full", "basic"):
-            raise ValueError(f"sandbox.isolation must be 'full' or 'basic', got {self.isolation!r}")
-        for key in ("timeout", "memory_mb", "max_output_kb", "max_processes", "disk_mb"):
-            if not isinstance(getattr(self, key), (int, float)) or getattr(self, key) <= 0:
-                raise ValueError(f"sandbox.{key} must be a positive number, got {getattr(self, key)!r}")
-        for name, spec in self.languages.items():
-            if not isinstance(spec, Mapping) or "command" not in spec:
-                raise ValueError(
-                    f"sandbox.languages.{name} needs a 'command' template, e.g. [node, '{{file}}']"
-                )
+        check_settings(**vars(self))
         self.languages = {**DEFAULT_LANGUAGES, **{k: dict(v) for k, v in self.languages.items()}}
         self.workers = self.workers or max(1, len(os.sched_getaffinity(0)))
         self._root = Path(tempfile.gettempdir()) / "grpo-sandbox"  # made (again, if cleaned) per run
 
     def run(self, programs: Sequence[Program]) -> list[Result]:
-        if not programs:
-            return []
-        if len(programs) == 1 or self.workers == 1:
+        if len(programs) <= 1 or self.workers == 1:
             return [self.run_one(p) for p in programs]
         with ThreadPoolExecutor(max_workers=min(self.workers, len(programs))) as pool:
             return list(pool.map(self.run_one, programs))
-
-    def _command(self, language: str, file: Path) -> list[str]:
-        template = self.languages[language]["command"]
-        if isinstance(template, str):
-            template = template.split()
-        command = [str(part).format(file=file, python=sys.executable) for part in template]
-        resolved = shutil.which(command[0])
-        if resolved is None:
-            raise FileNotFoundError(f"interpreter '{command[0]}' for language '{language}' not found on PATH")
-        command[0] = os.path.abspath(resolved)
-        return command
-
-    def _read_paths(self, command: list[str]) -> list[str]:
-        paths = {
-            "/usr",
-            "/lib",
-            "/lib64",
-            "/lib32",
-            "/bin",
-            "/sbin",
-            "/opt",
-            "/dev/urandom",
-            "/dev/zero",
-            "/dev/random",
-            *ETC_FILES,
-            sys.prefix,
-            sys.base_prefix,
-            sys.exec_prefix,
-            os.path.dirname(command[0]),
-            os.path.dirname(os.path.realpath(command[0])),
-            *self.read_paths,
-        }
-        return sorted(p for p in paths if p and os.path.exists(p))
 
     def layers(self) -> dict:
         """Which isolation layers this machine gives a program (namespaces, Landlock ABI, caps)."""
@@ -166,17 +101,15 @@ class Executor:
         return self._layers
 
     def run_one(self, program: Program, report_layers: bool = False) -> Result:
-        start = time.monotonic()
         if program.language not in self.languages:
-            return Result.failed(
-                f"unknown language '{program.language}'; configured: {', '.join(self.languages)}"
-            )
+            known = ", ".join(self.languages)
+            return Result(None, "", "", error=f"unknown language '{program.language}'; configured: {known}")
         try:
-            return self._run(program, report_layers, start)
+            return self._run(program, report_layers)
         except OSError as err:  # no disk, no pids, a cleaned /tmp: this program fails, the run goes on
-            return Result.failed(f"sandbox could not run it: {err}", time.monotonic() - start)
+            return Result(None, "", "", error=f"sandbox could not run it: {err}")
 
-    def _run(self, program: Program, report_layers: bool, start: float) -> Result:
+    def _run(self, program: Program, report_layers: bool) -> Result:
         spec = self.languages[program.language]
         timeout = float(program.timeout or self.timeout)
         self._root.mkdir(mode=0o700, exist_ok=True)
@@ -194,50 +127,36 @@ class Executor:
                 (cgroup / "pids.max").write_text(str(self.max_processes))
             file = src / f"main{spec.get('extension', '')}"
             file.write_text(spec.get("preamble", "") + program.source, errors="replace")
-            try:
-                command = self._command(program.language, file)
-            except FileNotFoundError as err:
-                return Result.failed(str(err))
+            template = spec["command"].split() if isinstance(spec["command"], str) else spec["command"]
+            command = [str(part).format(file=file, python=sys.executable) for part in template]
+            resolved = shutil.which(command[0])
+            if resolved is None:
+                missing = f"interpreter '{command[0]}' for language '{program.language}' not found on PATH"
+                return Result(None, "", "", error=missing)
+            command[0] = os.path.abspath(resolved)
+            paths = {*SYSTEM_PATHS, sys.prefix, sys.base_prefix, sys.exec_prefix, *self.read_paths}
+            paths |= {os.path.dirname(command[0]), os.path.dirname(os.path.realpath(command[0]))}
             max_output = self.max_output_kb * 1024
-            # RLIMIT_NPROC counts the uid's existing tasks too; root is exempt (the pids cgroup caps it)
-            processes = None if os.geteuid() == 0 else user_tasks() + self.max_processes
             limits = {
                 "isolation": self.isolation,
                 "workdir": str(workdir),
                 "box": str(box),
                 "cgroup": str(cgroup) if cgroup else None,
                 "disk_mb": self.disk_mb,
-                "read_paths": [*self._read_paths(command), str(src)],
+                "read_paths": [*sorted(p for p in paths if p and os.path.exists(p)), str(src)],
                 "cpu_s": int(timeout) + 1,
                 "memory_bytes": self.memory_mb * 1024 * 1024,
                 "file_bytes": max_output,
                 "report_layers": report_layers,
-                "processes": processes,
+                # RLIMIT_NPROC counts the uid's existing tasks too; root is exempt (the pids cgroup caps it)
+                "processes": None if os.geteuid() == 0 else user_tasks() + self.max_processes,
                 "open_files": 256,
-                "env": {
-                    "PATH": "/usr/local/bin:/usr/bin:/bin",
-                    "HOME": str(workdir),
-                    "TMPDIR": str(workdir),
-                    "LANG": "C.UTF-8",
-                    "PYTHONDONTWRITEBYTECODE": "1",
-                    "PYTHONHASHSEED": "0",
-                    "OMP_NUM_THREADS": "1",
-                    "OPENBLAS_NUM_THREADS": "1",
-                    "MKL_NUM_THREADS": "1",
-                },
+                "env": {**ENV, "HOME": str(workdir), "TMPDIR": str(workdir)},
             }
             launch = [sys.executable, "-I", "-S", str(LAUNCHER), json.dumps(limits), "--", *command]
             with open(logs / "stdout", "wb") as out, open(logs / "stderr", "wb") as err:
-                proc = subprocess.Popen(
-                    launch,
-                    stdin=subprocess.PIPE,
-                    stdout=out,
-                    stderr=err,
-                    cwd=workdir,
-                    env={},
-                    start_new_session=True,
-                    close_fds=True,
-                )
+                io = {"stdin": subprocess.PIPE, "stdout": out, "stderr": err}
+                proc = subprocess.Popen(launch, **io, cwd=workdir, env={}, start_new_session=True)
                 timed_out = False
                 try:
                     proc.communicate(program.stdin.encode("utf-8", "replace"), timeout=timeout)
@@ -247,17 +166,78 @@ class Executor:
                     kill_group(proc)
                     if cgroup is not None:
                         kill_cgroup(cgroup)
-            stdout, trunc_out = read_capped(logs / "stdout", max_output)
-            stderr, trunc_err = read_capped(logs / "stderr", 64 * 1024)
-            return Result(
-                None if timed_out else proc.returncode,
-                stdout,
-                stderr,
-                timed_out,
-                time.monotonic() - start,
-                trunc_out or trunc_err,
-            )
+            stdout, stderr = read_capped(logs / "stdout", max_output), read_capped(logs / "stderr", 64 * 1024)
+            return Result(None if timed_out else proc.returncode, stdout, stderr, timed_out)
         finally:
             if cgroup is not None and cgroup.exists():
                 kill_cgroup(cgroup)
             shutil.rmtree(box, ignore_errors=True)
+
+
+@functools.cache
+def pids_cgroup_base() -> Path | None:
+    """A cgroup directory where each run gets a child with `pids.max` (root, or a delegated cgroup)."""
+    for root in (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup")):  # cgroup v1 pids hierarchy, v2
+        base = root / "grpo-sandbox"
+        try:
+            base.mkdir(exist_ok=True)
+            if (base / "pids.max").exists() and os.access(base, os.W_OK):
+                return base
+        except OSError:
+            continue
+    return None
+
+
+def kill_cgroup(cgroup: Path) -> None:
+    """Kill every process in the run's cgroup (including any that left the process group), remove it."""
+    for _ in range(200):
+        try:
+            pids = [int(p) for p in (cgroup / "cgroup.procs").read_text().split()]
+        except (OSError, ValueError):
+            break
+        if not pids:
+            break
+        for pid in pids:
+            with suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.005)
+    for _ in range(100):
+        try:
+            return cgroup.rmdir()
+        except FileNotFoundError:
+            return
+        except OSError:  # busy until the last killed process is reaped
+            time.sleep(0.01)
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """Kill the program and everything it started (its session's process group), then reap."""
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def user_tasks() -> int:
+    """Processes and threads this uid runs now (RLIMIT_NPROC counts them all)."""
+    uid, n = os.getuid(), 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if entry.stat().st_uid == uid:
+                    n += len(os.listdir(f"/proc/{entry.name}/task"))
+            except OSError:
+                continue
+    return n
+
+
+def read_capped(path: Path, limit: int) -> str:
+    """The first `limit` bytes of a file as text."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(limit).decode("utf-8", "replace")
+    except OSError:
+        return ""

@@ -1,11 +1,7 @@
-"""A Python-level guard prepended to every Python program the sandbox runs.
-
-It is the layer that still holds where the OS ones are missing (no namespaces, no Landlock):
-an audit hook (which Python code cannot remove) refuses new processes, signals, sockets,
-foreign libraries (ctypes) and any write outside the working directory. It is defence in depth,
-not the wall: a determined program can still find ways around an in-process guard, which is why
-the launcher's OS limits come first wherever the kernel offers them.
-"""
+"""The guard prepended to every Python program the sandbox runs: an audit hook (which Python code cannot
+remove) refusing new processes, signals, sockets, ctypes and writes outside the working directory. It
+holds where the OS layers are missing, but as defence in depth, not the wall: an in-process guard can be
+got around, which is why the launcher's OS limits come first wherever the kernel offers them."""
 
 GUARD = r"""
 def _sandbox_guard():

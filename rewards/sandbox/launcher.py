@@ -2,21 +2,10 @@
 
     python -I -S launcher.py '<json limits>' -- <command> [args...]
 
-Layers, each applied when the OS allows it (the executor's tests prove the outcome, not the
-mechanism, so a machine without one layer still gets the others):
-1. namespaces: a new network namespace (no interface but a down loopback: no network) and a new
-   PID namespace (the program is pid 1 of it: it cannot see or signal anything outside, and when
-   it dies the kernel kills every process it started). Root gets them directly; other users
-   through a user namespace where the kernel permits unprivileged ones.
-2. rlimits: CPU seconds, address space, file size (caps stdout too: it is a file), processes,
-   open files, no core dumps.
-3. Landlock (Linux >= 5.13): read-only access to the interpreter's directories, write access only
-   to the working directory; TCP bind/connect denied (ABI >= 4); no signals to processes outside
-   the sandbox (ABI >= 6).
-4. As root: every capability dropped (bounding set, effective/permitted, no-root securebits), so
-   the program is an ordinary process that cannot raise its limits or touch the kernel's knobs.
-The launcher stays outside the PID namespace as the program's parent, so a program that kills its
-parent kills only the launcher; the executor then kills the whole process group.
+Each layer (namespaces, rlimits, Landlock, no capabilities as root: README, The code sandbox) is applied
+where the OS allows it, so a machine without one still gets the others. The launcher stays outside the
+PID namespace as the program's parent: a program that kills its parent kills only the launcher, and the
+executor then kills the whole process group.
 """
 
 from __future__ import annotations
@@ -29,14 +18,10 @@ import resource
 import signal
 import struct
 import sys
+from ctypes import c_int, c_size_t, c_uint32
 
-CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = (
-    0x00020000,
-    0x08000000,
-    0x10000000,
-    0x20000000,
-    0x40000000,
-)
+CLONE_NEWNS, CLONE_NEWIPC = 0x00020000, 0x08000000
+CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 4096, 16384, 1 << 18
 PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_SECUREBITS, PR_SET_NO_NEW_PRIVS = 1, 24, 28, 38
 SECUREBITS_NO_ROOT = 0xEF  # noroot, no_setuid_fixup, keep_caps_locked, no_cap_ambient_raise, all locked
@@ -49,8 +34,7 @@ FS_ABI1 = (1 << 13) - 1  # execute .. make_sym
 FS_REFER, FS_TRUNCATE, FS_IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15
 FILE_RIGHTS = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE | FS_IOCTL_DEV
 READ_RIGHTS = FS_EXECUTE | FS_READ_FILE | FS_READ_DIR
-NET_BIND_TCP, NET_CONNECT_TCP = 1, 2
-SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1, 2
+NET_BIND_TCP, NET_CONNECT_TCP, SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1, 2, 1, 2  # net rights, scopes
 
 libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 
@@ -71,12 +55,10 @@ def enter_namespaces() -> list[str]:
     if not _unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWPID):
         return []
     try:  # map ourselves to ourselves so file ownership still makes sense inside
-        with open("/proc/self/setgroups", "w") as f:
-            f.write("deny")
-        with open("/proc/self/uid_map", "w") as f:
-            f.write(f"{uid} {uid} 1")
-        with open("/proc/self/gid_map", "w") as f:
-            f.write(f"{gid} {gid} 1")
+        maps = {"setgroups": "deny", "uid_map": f"{uid} {uid} 1", "gid_map": f"{gid} {gid} 1"}
+        for name, text in maps.items():
+            with open(f"/proc/self/{name}", "w") as f:
+                f.write(text)
     except OSError:
         pass
     return ["user", "net", "pid"]
@@ -97,11 +79,8 @@ def private_filesystem(limits: dict) -> bool:
     box, workdir = limits["box"], limits["workdir"]
     if not _mount(None, "/", None, MS_REC | MS_PRIVATE, None):
         return False
-    under = [
-        p
-        for p in sorted({box, *limits.get("read_paths", [])}, key=len)
-        if any(p == h or p.startswith(h + "/") for h in HIDDEN) and os.path.isdir(p)
-    ]
+    paths = sorted({box, *limits.get("read_paths", [])}, key=len)
+    under = [p for p in paths if any(p == h or p.startswith(h + "/") for h in HIDDEN) and os.path.isdir(p)]
     keep = []
     for path in under:  # a path inside one already kept comes back with it
         if not any(path.startswith(k + "/") for k, _ in keep):
@@ -119,41 +98,32 @@ def private_filesystem(limits: dict) -> bool:
 
 
 def set_limits(limits: dict) -> None:
-    def cap(which: int, value) -> None:
-        if value is None:
-            return
-        value = int(value)
-        try:
-            resource.setrlimit(which, (value, value))
-        except (ValueError, OSError):  # cannot lower below current use: keep what is there
-            pass
-
-    cap(resource.RLIMIT_CPU, limits.get("cpu_s"))
-    cap(resource.RLIMIT_AS, limits.get("memory_bytes"))
-    cap(resource.RLIMIT_FSIZE, limits.get("file_bytes"))
-    cap(resource.RLIMIT_NPROC, limits.get("processes"))
-    cap(resource.RLIMIT_NOFILE, limits.get("open_files"))
-    cap(resource.RLIMIT_CORE, 0)
+    get = limits.get  # file size caps stdout too: it is a file
+    rlimits = [(resource.RLIMIT_CPU, get("cpu_s")), (resource.RLIMIT_AS, get("memory_bytes"))]
+    rlimits += [(resource.RLIMIT_FSIZE, get("file_bytes")), (resource.RLIMIT_NPROC, get("processes"))]
+    rlimits += [(resource.RLIMIT_NOFILE, get("open_files")), (resource.RLIMIT_CORE, 0)]
+    for which, value in rlimits:
+        if value is not None:
+            try:
+                resource.setrlimit(which, (int(value), int(value)))
+            except (ValueError, OSError):  # cannot lower below current use: keep what is there
+                pass
 
 
 def landlock(workdir: str, read_paths: list[str]) -> int:
     """Restrict this process (and what it execs) with Landlock; returns the ABI used (0: none)."""
     syscall = libc.syscall
     syscall.restype = ctypes.c_long
-    abi = syscall(SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    abi = syscall(SYS_LANDLOCK_CREATE_RULESET, None, c_size_t(0), c_uint32(1))
     if abi < 1:
         return 0
-    fs = (
-        FS_ABI1
-        | (FS_REFER if abi >= 2 else 0)
-        | (FS_TRUNCATE if abi >= 3 else 0)
-        | (FS_IOCTL_DEV if abi >= 5 else 0)
-    )
+    fs = FS_ABI1 | (FS_REFER if abi >= 2 else 0) | (FS_TRUNCATE if abi >= 3 else 0)
+    fs |= FS_IOCTL_DEV if abi >= 5 else 0
     net = (NET_BIND_TCP | NET_CONNECT_TCP) if abi >= 4 else 0
     scoped = (SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL) if abi >= 6 else 0
     attr = ctypes.create_string_buffer(struct.pack("QQQ", fs, net, scoped))
     size = 24 if abi >= 6 else (16 if abi >= 4 else 8)
-    ruleset = syscall(SYS_LANDLOCK_CREATE_RULESET, attr, ctypes.c_size_t(size), ctypes.c_uint32(0))
+    ruleset = syscall(SYS_LANDLOCK_CREATE_RULESET, attr, c_size_t(size), c_uint32(0))
     if ruleset < 0:
         return 0
 
@@ -167,11 +137,7 @@ def landlock(workdir: str, read_paths: list[str]) -> int:
                 rights &= FILE_RIGHTS
             rule = ctypes.create_string_buffer(struct.pack("=Qi", rights & fs, fd))
             syscall(
-                SYS_LANDLOCK_ADD_RULE,
-                ctypes.c_int(ruleset),
-                ctypes.c_int(LANDLOCK_RULE_PATH_BENEATH),
-                rule,
-                ctypes.c_uint32(0),
+                SYS_LANDLOCK_ADD_RULE, c_int(ruleset), c_int(LANDLOCK_RULE_PATH_BENEATH), rule, c_uint32(0)
             )
         finally:
             os.close(fd)
@@ -181,7 +147,7 @@ def landlock(workdir: str, read_paths: list[str]) -> int:
     allow("/dev/null", FS_READ_FILE | FS_WRITE_FILE | FS_TRUNCATE)
     allow(workdir, fs)
     libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-    ok = syscall(SYS_LANDLOCK_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)) == 0
+    ok = syscall(SYS_LANDLOCK_RESTRICT_SELF, c_int(ruleset), c_uint32(0)) == 0
     os.close(ruleset)
     return abi if ok else 0
 
@@ -190,13 +156,8 @@ def drop_capabilities() -> None:
     """Root in, an ordinary process out: empty bounding set, no capabilities, locked securebits."""
     if os.geteuid() != 0:
         return
-    try:
-        with open("/proc/sys/kernel/cap_last_cap") as f:
-            last = int(f.read())
-    except (OSError, ValueError):
-        last = 63
     libc.prctl(PR_SET_SECUREBITS, SECUREBITS_NO_ROOT, 0, 0, 0)
-    for cap in range(last + 1):
+    for cap in range(64):  # every capability a 64-bit set holds (the kernel refuses the ones it lacks)
         libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
     header = ctypes.create_string_buffer(struct.pack("Ii", 0x20080522, 0))  # _LINUX_CAPABILITY_VERSION_3
     data = ctypes.create_string_buffer(bytes(24))  # two {effective, permitted, inheritable} = 0
@@ -233,17 +194,11 @@ def main(argv: list[str]) -> int:
     # The parent ignores the signals a program might send it and reports the program's status.
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(sig, signal.SIG_IGN)
-    while True:
-        try:
-            _, status = os.waitpid(pid, 0)
-            break
-        except ChildProcessError:
-            return 127
-        except InterruptedError:
-            continue
-    if os.WIFSIGNALED(status):
-        return 128 + os.WTERMSIG(status)
-    return os.WEXITSTATUS(status)
+    try:
+        _, status = os.waitpid(pid, 0)  # retried on EINTR (PEP 475)
+    except ChildProcessError:
+        return 127
+    return 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
 
 if __name__ == "__main__":
