@@ -9,6 +9,7 @@ Prints the total and the files with the most lines; the run stops at `train()` (
 import collections
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,7 +39,8 @@ def main(overrides: list[str]) -> None:
             seen[frame.f_code.co_filename].add(frame.f_lineno)
         return local
 
-    sys.argv = [str(ROOT / "train_grpo.py"), *overrides, "run_name=trace-startup", "output_root=/tmp/trace"]
+    out = tempfile.mkdtemp(prefix="trace-startup-")  # a fresh run dir: it is written before training
+    sys.argv = [str(ROOT / "train_grpo.py"), *overrides, f"output_root={out}"]
     sys.settrace(tracer)
     runpy.run_path(str(ROOT / "train_grpo.py"), run_name="__main__")
     sys.exit("the run ended before GRPOTrainer.train was entered")
@@ -47,7 +49,7 @@ def main(overrides: list[str]) -> None:
 def report(seen: dict[str, set[int]]) -> None:
     total = sum(len(lines) for lines in seen.values())
     print(f"{total} distinct lines of the project's code in {len(seen)} files before GRPOTrainer.train")
-    for name, lines in sorted(seen.items(), key=lambda kv: -len(kv[1]))[:80]:
+    for name, lines in sorted(seen.items(), key=lambda kv: -len(kv[1]))[:20]:
         print(f"  {len(lines):5d}  {Path(name).relative_to(ROOT)}")
 
 

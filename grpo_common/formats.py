@@ -1,14 +1,11 @@
 """Prompt formats: how the model is asked to present its answer, and how it is read back. One class per
 format: its system prompt, the `tags` tag_count rewards, `extract` (a fallback chain that names the rule
 that fired, in `rules`; never raises) and `is_formatted` (strict: the whole completion has the format's
-shape; soft: its answer marker appears). A new format is one class plus one line in `FORMATS`.
-"""
+shape; soft: its answer marker appears). A new format is one class plus one line in `FORMATS`."""
 
 import re
-from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from grpo_common import answers
 from grpo_common.errors import ConfigError
 
 
@@ -22,18 +19,12 @@ def as_text(text: object) -> str:
     return text if isinstance(text, str) else "" if text is None else str(text)
 
 
-class PromptFormat(ABC):  # instances hold no state, so one serves every run
+class PromptFormat:  # one instance serves every run; subclasses define extract and is_formatted
     name: str = ""
     system_prompt: str | None = None
     tags: tuple[str, ...] = ()
     rules: tuple[str, ...] = ("none",)
     reads_code = False  # reads programs (code tasks) rather than answers
-
-    @abstractmethod
-    def extract(self, text: object) -> Extraction: ...
-
-    @abstractmethod
-    def is_formatted(self, text: str, strict: bool = True) -> bool: ...
 
     def count(self, text: str, tag: str) -> int:  # how often `tag` (one of `tags`) occurs in `text`
         return text.count(tag)
@@ -51,6 +42,8 @@ class AnswerFormat(PromptFormat):
     rules = (*chain, "none")
 
     def extract(self, text: object) -> Extraction:
+        from grpo_common import answers  # on first use: a run imports it when it reads its first answer
+
         text = as_text(text)[: answers.MAX_CHARS]
         for rule in self.chain:
             if found := getattr(answers, rule)(text):

@@ -21,23 +21,17 @@ def load_chat_template(value: str) -> str:
     raise ConfigError(f"model.chat_template '{value}' is neither a Jinja template nor an existing file")
 
 
-def detect_response_prefix(tokenizer) -> str:
-    """The reasoning opener the generation prompt ends with ("<think>\\n"), or ""."""
-    messages = [{"role": "user", "content": "ping"}]
-    try:
-        prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    except Exception:  # noqa: BLE001 - a template that cannot render is reported when training starts
-        return ""
-    stripped = prompt.rstrip()
-    for opener in _OPENERS:
-        if stripped.endswith(opener):
-            return prompt[len(stripped) - len(opener) :]  # the opener and the whitespace after it
-    return ""
-
-
 def response_prefix(setting, tokenizer) -> str:
+    """auto: the reasoning opener the generation prompt ends with ("<think>\\n"), or ""."""
     if setting in (None, "auto"):
-        return detect_response_prefix(tokenizer)
+        messages = [{"role": "user", "content": "ping"}]
+        try:
+            prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        except Exception:  # noqa: BLE001 - a template that cannot render is reported when training starts
+            return ""
+        stripped = prompt.rstrip()
+        opener = next((o for o in _OPENERS if stripped.endswith(o)), None)
+        return prompt[len(stripped) - len(opener) :] if opener else ""  # the opener and the whitespace after
     if setting is False or setting == "none":
         return ""
     if not isinstance(setting, str):

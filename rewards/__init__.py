@@ -1,6 +1,4 @@
-"""Reward functions in TRL's calling convention and a registry (name -> factory). Reading answers and
-checking formats belong to the prompt formats (grpo_common/formats.py)."""
+"""Reward functions in TRL's calling convention and their registry (registry.py); reading answers and checking
+formats belong to the prompt formats (grpo_common/formats.py)."""
 
-from rewards.registry import REWARDS, RewardContext, build_rewards
-
-__all__ = ["REWARDS", "RewardContext", "build_rewards"]
+from rewards.registry import REWARDS, RewardContext, build_rewards  # noqa: F401

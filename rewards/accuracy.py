@@ -7,7 +7,7 @@ from collections import defaultdict
 from itertools import groupby
 
 from grpo_common.formats import get_format
-from rewards.common import completion_text, entries
+from rewards.registry import completion_text, entries
 
 
 def accuracy(ctx, mode="binary"):
@@ -55,25 +55,22 @@ def format_reward(ctx, mode="strict"):
 
 
 def log_stats(kwargs, rows, rewards, correct, judged) -> None:
-    """Inside GRPOTrainer (which passes `log_metric`): per-task accuracy and the groups' variance."""
-    if callable(kwargs.get("log_metric")):
-        questions, tasks = [r.get("question", "") for r in rows], [r.get("task", "unknown") for r in rows]
-        answers = [extraction.answer for extraction, _ in judged]
-        log_train_stats(kwargs["log_metric"], questions, tasks, rewards, correct, answers)
-
-
-def log_train_stats(log_metric, questions, tasks, rewards, correct, answers) -> None:
-    """accuracy/<task>: the share of correct completions; groups/{reward,answer}_varied: the share of prompt
-    groups (runs of consecutive completions of one question, as TRL keeps them) whose rewards, or extracted
-    answers, differ (a group with equal rewards has zero advantage: it teaches nothing)."""
+    """Inside GRPOTrainer (which passes `log_metric`): accuracy/<task>, the share of correct completions;
+    groups/{reward,answer}_varied, the share of prompt groups (runs of consecutive completions of one
+    question, as TRL keeps them) whose rewards, or extracted answers, differ (a group with equal rewards has
+    zero advantage: it teaches nothing)."""
+    log_metric = kwargs.get("log_metric")
+    if not callable(log_metric):
+        return
     per_task = defaultdict(list)
-    for task, ok in zip(tasks, correct):
-        per_task[task].append(ok)
+    for row, ok in zip(rows, correct):
+        per_task[row.get("task", "unknown")].append(ok)
     for task, oks in per_task.items():
         log_metric(f"accuracy/{task}", sum(oks) / len(oks))
+    questions = [r.get("question", "") for r in rows]
     groups = [[i for i, _ in run] for _, run in groupby(enumerate(questions), key=lambda x: x[1])]
     groups = [g for g in groups if len(g) > 1]
-    if groups:
-        for name, values in (("reward", rewards), ("answer", answers)):
-            varied = sum(len({values[i] for i in g}) > 1 for g in groups)
-            log_metric(f"groups/{name}_varied", varied / len(groups))
+    answers = [extraction.answer for extraction, _ in judged]
+    for name, values in (("reward", rewards), ("answer", answers)) if groups else ():
+        varied = sum(len({values[i] for i in g}) > 1 for g in groups)
+        log_metric(f"groups/{name}_varied", varied / len(groups))

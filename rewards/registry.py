@@ -1,10 +1,12 @@
 """Reward registry: name -> factory, and `build_rewards`, which turns `dataset.rewards` into TRL reward
-functions named by their keys (TRL logs `rewards/<key>/mean`), importing only the factories a run uses."""
+functions named by their keys (TRL logs `rewards/<key>/mean`), importing only the factories a run uses;
+and what every reward needs: the text of a completion, the task entry it answers."""
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -12,7 +14,31 @@ from typing import Any
 from grpo_common.errors import ConfigError
 from grpo_common.formats import reader
 from grpo_common.templates import with_prefix
-from rewards.common import is_number
+
+
+def completion_text(completion: Any) -> str:
+    """TRL passes a list of messages for chat prompts and a plain string otherwise."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, list) and completion and isinstance(completion[-1], dict):
+        content = completion[-1].get("content", "")
+        return content if isinstance(content, str) else str(content)
+    return "" if completion is None else str(completion)
+
+
+def entries(kwargs: dict[str, Any], n: int) -> list[dict[str, Any]]:
+    """Rebuild each completion's task entry from the dataset columns TRL hands to rewards."""
+    return [
+        {c: kwargs[c][i] for c in ("question", "answer", "metadata", "task") if c in kwargs} for i in range(n)
+    ]
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass
@@ -37,12 +63,9 @@ class RewardContext:
             def judge(texts, rows):
                 from rewards.code import TestSuite
 
-                out = []
-                for text, row in zip(texts, rows):
-                    is_code = TestSuite.from_metadata(row.get("metadata")) is not None
-                    extraction = (code if is_code else answers).extract(text)
-                    out.append((extraction, self.scorer(extraction.answer, row)))
-                return out
+                is_code = [TestSuite.from_metadata(row.get("metadata")) is not None for row in rows]
+                found = [(code if c else answers).extract(t) for t, c in zip(texts, is_code)]
+                return [(e, self.scorer(e.answer, row)) for e, row in zip(found, rows)]
 
             self.judge = judge
 

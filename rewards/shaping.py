@@ -11,11 +11,10 @@ from typing import Any
 
 from grpo_common.errors import ConfigError
 from grpo_common.formats import get_format
-from rewards.common import completion_text, entries, is_int, is_number
+from rewards.registry import completion_text, entries, is_int, is_number
 
 
 def _lengths(completions: list, completion_ids: Any, estimate: Callable[[str], float]) -> list[float]:
-    """Token count per completion from TRL's `completion_ids`; `estimate(text)` where those are missing."""
     if not (isinstance(completion_ids, (list, tuple)) and len(completion_ids) == len(completions)):
         completion_ids = [None] * len(completions)
     out = []

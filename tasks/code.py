@@ -13,10 +13,10 @@ from random import Random
 from typing import Any
 
 from reasoning_gym.dataset import ProceduralDataset
-from reasoning_gym.factory import DATASETS, register_dataset
+from reasoning_gym.factory import register_dataset
 
 from rewards.code import TestSuite, run_suites
-from rewards.common import is_int, is_number
+from rewards.registry import is_int, is_number
 from tasks.files import UNSET, read, source_key
 
 INSTRUCTION = "Return the complete function in a single ```python code block."
@@ -170,10 +170,5 @@ class CodeFileDataset(CodeDataset):
         return self.entry(idx, question, "" if solution is None else str(solution), suite, row=row)
 
 
-def register() -> None:
-    for name, dataset_cls, config_cls in [
-        ("humaneval", HumanEvalDataset, HumanEvalConfig),
-        ("code_file", CodeFileDataset, CodeFileConfig),
-    ]:
-        if name not in DATASETS:
-            register_dataset(name, dataset_cls, config_cls)
+register_dataset("humaneval", HumanEvalDataset, HumanEvalConfig)
+register_dataset("code_file", CodeFileDataset, CodeFileConfig)

@@ -8,7 +8,7 @@ from typing import Any
 
 from reasoning_gym.coaching import BaseCurriculum, RangeAttributeDefinition
 from reasoning_gym.dataset import ProceduralDataset
-from reasoning_gym.factory import DATASETS, register_dataset
+from reasoning_gym.factory import register_dataset
 
 
 class _IntegerAnswerDataset(ProceduralDataset):
@@ -117,10 +117,5 @@ def reverse_digits(number: int) -> int:
     return int(str(abs(number))[::-1])
 
 
-def register() -> None:
-    for name, dataset_cls, config_cls, curriculum_cls in [
-        ("sum_digits", SumDigitsDataset, SumDigitsConfig, SumDigitsCurriculum),
-        ("reverse_digits", ReverseDigitsDataset, ReverseDigitsConfig, ReverseDigitsCurriculum),
-    ]:
-        if name not in DATASETS:
-            register_dataset(name, dataset_cls, config_cls, curriculum_cls)
+register_dataset("sum_digits", SumDigitsDataset, SumDigitsConfig, SumDigitsCurriculum)
+register_dataset("reverse_digits", ReverseDigitsDataset, ReverseDigitsConfig, ReverseDigitsCurriculum)

@@ -45,12 +45,6 @@ class Table:
                 )
 
 
-def _looks_local(path: str) -> bool:
-    """A path, not a hub name ('owner/name'): './x', a file suffix, or what a hub id cannot hold ('~')."""
-    suffixes = {s.lower() for s in Path(path).suffixes}
-    return path.startswith(("./", "../")) or bool(suffixes & _FILE_SUFFIXES) or not _HUB_NAME.fullmatch(path)
-
-
 def _json_lines(source: str, text: str) -> list:
     rows = []
     for lineno, line in enumerate(text.splitlines(), 1):
@@ -173,6 +167,8 @@ def source_key(path: Any, split: str = "train", subset: str | None = None) -> tu
         return ("file", str(local.resolve()), st.st_mtime_ns, st.st_size)
     if local.is_dir():
         return ("dir", str(local.resolve()), local.stat().st_mtime_ns, split)
-    if _looks_local(str(path)):
+    # a path, not a hub name ('owner/name'): './x', a file suffix, or what a hub id cannot hold ('~')
+    path, suffixes = str(path), {s.lower() for s in Path(str(path)).suffixes}
+    if path.startswith(("./", "../")) or suffixes & _FILE_SUFFIXES or not _HUB_NAME.fullmatch(path):
         raise ValueError(f"path '{path}' does not exist (expected a {SUPPORTED} file or a hub dataset name)")
     return ("hub", str(path), subset, split)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from random import Random
 from typing import Any
 
-from reasoning_gym.factory import DATASETS, register_dataset
+from reasoning_gym.factory import register_dataset
 
 from rewards.code import TestSuite
 from tasks.code import INSTRUCTION, CodeDataset, check_suite
@@ -191,6 +191,4 @@ class PythonFunctionsDataset(CodeDataset):
         return self.entry(idx, question, answer, suite, template=name)
 
 
-def register() -> None:
-    if NAME not in DATASETS:
-        register_dataset(NAME, PythonFunctionsDataset, PythonFunctionsConfig)
+register_dataset(NAME, PythonFunctionsDataset, PythonFunctionsConfig)

@@ -15,7 +15,7 @@ from random import Random
 from typing import Any
 
 from reasoning_gym.dataset import ProceduralDataset
-from reasoning_gym.factory import DATASETS, register_dataset
+from reasoning_gym.factory import register_dataset
 
 from tasks import files
 
@@ -27,20 +27,8 @@ _GSM8K_MARK = "####"
 _MINUS_SIGNS = str.maketrans(
     dict.fromkeys("\u2212\u2012\u2013\ufe63\uff0d", "-") | dict.fromkeys("\u00a0\u2009\u202f", " ")
 )
-_WRAPPERS = [
-    re.compile(p, re.DOTALL)
-    for p in (
-        r"\\boxed\{(.*)\}",
-        r"\\text\{(.*)\}",
-        r"\$\$(.*)\$\$",
-        r"\$(.*)\$",
-        r"\\\((.*)\\\)",
-        r"\*\*(.*)\*\*",
-        r"`(.*)`",
-        r'"(.*)"',
-        r"'(.*)'",
-    )
-]
+_WRAPPED = (r"\\boxed\{(.*)\}", r"\\text\{(.*)\}", r"\$\$(.*)\$\$", r"\$(.*)\$", r"\\\((.*)\\\)")
+_WRAPPERS = [re.compile(p, re.DOTALL) for p in (*_WRAPPED, r"\*\*(.*)\*\*", r"`(.*)`", r'"(.*)"', r"'(.*)'")]
 _NUMBER = re.compile(
     r"(?P<sign1>[-+]?)\s*(?P<currency>[$€£¥₹]?)\s*(?P<sign2>[-+]?)\s*"
     r"(?P<body>\d{1,3}(?:,\d{3})+(?:\.\d+)?"  # 1,000 / 1,000.50
@@ -212,6 +200,4 @@ class QAFileDataset(ProceduralDataset):
         return match_answer(answer, entry["answer"], self.config.rel_tol)
 
 
-def register() -> None:
-    if NAME not in DATASETS:
-        register_dataset(NAME, QAFileDataset, QAFileConfig)
+register_dataset(NAME, QAFileDataset, QAFileConfig)

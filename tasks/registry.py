@@ -1,7 +1,6 @@
 """Every task by name: reasoning-gym's registry, plus the project's own tasks registered into it.
 `validate_tasks` checks names and config keys before anything is built; `TaskSet` builds the data, reads
-each completion in the run's prompt format and scores it with the task's own verifier (1.0: correct).
-"""
+each completion in the run's prompt format and scores it with the task's own verifier (1.0: correct)."""
 
 import dataclasses
 import hashlib
@@ -15,12 +14,11 @@ from reasoning_gym.composite import CompositeConfig, CompositeDataset, DatasetSp
 from reasoning_gym.factory import DATASETS
 
 from grpo_common import formats
-from grpo_common.answers import same_answer
 from grpo_common.errors import ConfigError
 from grpo_common.formats import Extraction
 
-# Our own tasks, by the module that registers them: imported when a task of it is first validated or
-# built, so a run without them never loads it; `available_tasks` lists them all the same.
+# Our own tasks, by the module that registers them on import: imported when a task of it is first used,
+# so a run without them never loads it; `available_tasks` lists them all the same.
 OWN_TASKS = {
     "sum_digits": "tasks.digits",
     "reverse_digits": "tasks.digits",
@@ -37,29 +35,6 @@ NOT_TASKS = {
 }
 ALIASES = {"game_of_24": "puzzle24", "24_game": "puzzle24", "countdown_game": "countdown"}  # common names
 
-# Tasks whose own reference answer cannot be scored as correct (each checked against the task's
-# source in reasoning_gym/). They train and evaluate fine: their verifier accepts any valid
-# solution. tests/test_task_registry.py xfails them strictly, so a fixed task must leave the list.
-# Per entry, not per task (so not listed): an `ab` program that reduces to nothing has the answer ""
-# and its verifier wants exactly "", which no extraction gives (an empty tag is no answer): ~0.3%
-# of ab entries; gsm_symbolic's verifier reads "-1" as 1 (regex `\b-?\d+`), so a negative answer
-# never scores: ~0.2% of its entries.
-KNOWN_UNSCORABLE: dict[str, str] = {
-    "boxnet": (
-        "answer is None: any plan that moves the boxes is scored by simulation; no reference plan is stored"
-    ),
-    "graph_color": (
-        "answer is None: any valid colouring scores 1 (metadata.possible_answer holds one, as a dict)"
-    ),
-    "propositional_logic": "answer is None: any conclusion that follows from the premises scores 1 "
-    "(metadata.example_answer holds one)",
-    "rubiks_cube": "answer is None: any move sequence that solves the cube scores 1 "
-    "(metadata.example_correct_answer holds one)",
-    "rush_hour": (
-        "answer is None: any move sequence that frees the red car scores 1; no reference solution is stored"
-    ),
-}
-
 
 def available_tasks() -> list[str]:
     return sorted((set(DATASETS) | set(OWN_TASKS)) - set(NOT_TASKS))
@@ -71,8 +46,8 @@ def is_code_task(name: str) -> bool:
 
 def registered(name: str) -> tuple[type, type] | None:
     """(dataset class, config class) of a task, registering one of ours on first use; None: no such task."""
-    if name in OWN_TASKS and name not in DATASETS:
-        importlib.import_module(OWN_TASKS[name]).register()
+    if name in OWN_TASKS:
+        importlib.import_module(OWN_TASKS[name])
     return DATASETS.get(name)
 
 
@@ -131,12 +106,6 @@ def validate_tasks(tasks: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _judge_key(text: str, entry: Mapping[str, Any]) -> str:
-    """A completion and the entry it answers, as a short digest (a HumanEval entry alone is kilobytes)."""
-    parts = (entry.get("task"), text, entry.get("question"), entry.get("answer"), entry.get("metadata"))
-    return hashlib.sha256("\x00".join(map(str, parts)).encode("utf-8", "replace")).hexdigest()
-
-
 class TaskSet:
     """A mixture of tasks (weights: sampling probabilities) with their verifiers, reading `prompt_format`."""
 
@@ -167,7 +136,10 @@ class TaskSet:
     def judge(self, texts: list[str], entries: list[Mapping[str, Any]]) -> list[tuple[Extraction, float]]:
         """Extract and score a batch, each (text, entry) once (a group's identical completions too); tasks
         that score in batches (code: programs run in parallel) do."""
-        keys = [_judge_key(t, e) for t, e in zip(texts, entries)]
+        # each (completion, entry) once, as a short digest (a HumanEval entry alone is kilobytes)
+        fields = ("task", "question", "answer", "metadata")
+        raw = ["\x00".join(map(str, (t, *map(e.get, fields)))) for t, e in zip(texts, entries)]
+        keys = [hashlib.sha256(r.encode("utf-8", "replace")).hexdigest() for r in raw]
         todo: dict[str, dict[str, int]] = {}  # task -> {key: its first index}
         for i, key in enumerate(keys):
             if key not in self._judged:
@@ -195,6 +167,8 @@ class TaskSet:
 
     def score(self, answer: str | None, entry: Mapping[str, Any]) -> float:
         """The task's own verifier; never raises (a verifier crash on odd input scores 0)."""
+        from grpo_common.answers import same_answer
+
         if answer is None:
             return 0.0
         metadata = entry["metadata"]

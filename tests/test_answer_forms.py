@@ -30,7 +30,7 @@ import functools
 import pytest
 
 from grpo_recipes.train.data import to_row
-from tasks.registry import KNOWN_UNSCORABLE, TaskSet, available_tasks, is_code_task
+from tasks.registry import TaskSet, available_tasks, is_code_task
 from tests import test_task_registry as registry_walk
 
 # The registry walk's entries and task files (qa_file, code_file), shared rather than copied.
@@ -52,7 +52,7 @@ FORMS = ("tag", "alone", "stop", "phrase")
 # (task, form) -> why that form of the task's reference cannot score. Empty: every task passes every form.
 FORM_UNSCORABLE: dict[tuple[str, str], str] = {}
 
-TASKS = [n for n in available_tasks() if n not in KNOWN_UNSCORABLE and not is_code_task(n)]
+TASKS = [n for n in available_tasks() if n not in registry_walk.KNOWN_UNSCORABLE and not is_code_task(n)]
 
 
 @functools.cache

@@ -48,8 +48,8 @@ def test_the_defaults_and_every_preset_pass_the_whole_check():
 def test_every_declared_grpo_knob_is_a_field_of_the_installed_trl_or_the_recipes_own():
     import dataclasses
 
+    from grpo_recipes.config.cli import grpo_field_names
     from grpo_recipes.config.knobs import RecipeGRPOFields
-    from grpo_recipes.config.trl_names import grpo_field_names
 
     keys = {k.split(".", 1)[1] for k in SCHEMA if k.startswith("grpo.")}
     assert keys - {f.name for f in dataclasses.fields(RecipeGRPOFields)} <= grpo_field_names()
@@ -204,3 +204,34 @@ def test_a_bool_reward_weight_is_refused_by_the_check_and_the_registry_alike():
             check_values(cfg)
         with pytest.raises(ConfigError, match=r"dataset\.rewards\.accuracy\.weight must be a number"):
             build_rewards(cfg["dataset"]["rewards"], RewardContext(lambda a, e: 0.0, "answer_tag", 32))
+
+
+@pytest.mark.slow
+def test_a_run_checks_its_config_once_and_trains_with_the_grpo_config_the_check_built(tmp_path):
+    """The check before Hydra checks the config and builds its GRPOConfig; the job reuses both."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    probe = f"""
+import runpy, sys
+import grpo_recipes.config.checks as checks, grpo_recipes.config.preflight as preflight
+import grpo_recipes.config.trainer_args as trainer_args, grpo_recipes.train.run as run
+calls = {{"check_config": 0, "build_grpo_config": 0}}
+def counted(name, fn):
+    def wrapper(*a, **k):
+        calls[name] += 1
+        return fn(*a, **k)
+    return wrapper
+preflight.check_config = run.check_config = counted("check_config", checks.check_config)
+trainer_args.build_grpo_config = counted("build_grpo_config", trainer_args.build_grpo_config)
+sys.argv = ["train_grpo.py", "model=tiny_random", "max_steps=1", "eval.size=2", "output_root={tmp_path}"]
+try:
+    runpy.run_path("train_grpo.py", run_name="__main__")
+finally:
+    print("CALLS", calls)
+"""
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert "CALLS {'check_config': 1, 'build_grpo_config': 1}" in out.stdout, out.stderr[-2000:]
+    assert (tmp_path / "arithmetic-tiny-random" / "final").is_dir()

@@ -255,14 +255,18 @@ def test_sampled_pass_at_k_generation(tiny):
 
 
 def test_train_stats_groups_and_tasks():
-    from rewards.accuracy import log_train_stats
+    from types import SimpleNamespace
+
+    from rewards.accuracy import log_stats
 
     logged = {}
     questions = ["q1"] * 4 + ["q2"] * 4
     tasks = ["t1"] * 4 + ["t2"] * 4
+    rows = [{"question": q, "task": t} for q, t in zip(questions, tasks)]
     rewards = [1, 0, 0, 0] + [0, 0, 0, 0]
     answers = ["1", "2", "2", "2"] + ["5", "5", "5", "5"]
-    log_train_stats(logged.__setitem__, questions, tasks, rewards, [r == 1 for r in rewards], answers)
+    judged = [(SimpleNamespace(answer=a), r) for a, r in zip(answers, rewards)]
+    log_stats({"log_metric": logged.__setitem__}, rows, rewards, [r == 1 for r in rewards], judged)
     assert logged == {
         "accuracy/t1": 0.25,
         "accuracy/t2": 0.0,

@@ -12,11 +12,10 @@ from reasoning_gym.factory import create_dataset
 from grpo_common.errors import ConfigError
 from grpo_recipes.train.data import build_datasets
 from tasks import TaskSet, validate_tasks
-from tasks.qa_file import canonical_answer, match_answer, register
+from tasks.qa_file import canonical_answer, match_answer  # importing it registers qa_file
 from tests.conftest import declared
 
 CONFIG = Path(__file__).resolve().parents[1] / "config"
-register()  # our tasks join reasoning-gym's registry when first used; create_dataset below reads it
 
 
 def gsm8k_rows(n: int) -> list[dict]:

@@ -28,12 +28,34 @@ import pytest
 
 from grpo_common.formats import format_ok
 from grpo_recipes.train.data import system_prompt, to_row
-from tasks.registry import KNOWN_UNSCORABLE, TaskSet, available_tasks, is_code_task
+from tasks.registry import TaskSet, available_tasks, is_code_task
 from tests.conftest import declared
 
 SIZE = 3
 SEED = 20240607
 FORMATS = ("answer_tag", "think")
+# Tasks whose own reference answer cannot be scored as correct (each checked against the task's
+# source in reasoning_gym/). They train and evaluate fine: their verifier accepts any valid
+# solution. They are strict xfails here, so a fixed task must leave the list.
+# Per entry, not per task (so not listed): an `ab` program that reduces to nothing has the answer ""
+# and its verifier wants exactly "", which no extraction gives (an empty tag is no answer): ~0.3%
+# of ab entries; gsm_symbolic's verifier reads "-1" as 1 (regex `\b-?\d+`), so a negative answer
+# never scores: ~0.2% of its entries.
+KNOWN_UNSCORABLE: dict[str, str] = {
+    "boxnet": (
+        "answer is None: any plan that moves the boxes is scored by simulation; no reference plan is stored"
+    ),
+    "graph_color": (
+        "answer is None: any valid colouring scores 1 (metadata.possible_answer holds one, as a dict)"
+    ),
+    "propositional_logic": "answer is None: any conclusion that follows from the premises scores 1 "
+    "(metadata.example_answer holds one)",
+    "rubiks_cube": "answer is None: any move sequence that solves the cube scores 1 "
+    "(metadata.example_correct_answer holds one)",
+    "rush_hour": (
+        "answer is None: any move sequence that frees the red car scores 1; no reference solution is stored"
+    ),
+}
 QA_ROWS = [
     {"question": "What is 1,000 + 234?", "answer": "1,234"},
     {"question": "Name the capital of France.", "answer": "Paris"},

@@ -5,7 +5,7 @@ import copy
 import pytest
 
 from grpo_common.errors import ConfigError
-from grpo_common.templates import detect_response_prefix, load_chat_template, response_prefix, with_prefix
+from grpo_common.templates import load_chat_template, response_prefix, with_prefix
 from grpo_recipes.models.tiny import CHATML
 from rewards import RewardContext, build_rewards
 
@@ -22,9 +22,9 @@ def tokenizer(tiny):
 
 
 def test_detects_a_prefilled_think_opener(tokenizer, tiny):
-    assert detect_response_prefix(tokenizer) == "<think>\n"
-    assert detect_response_prefix(tiny[1]) == ""  # plain ChatML pre-fills nothing
     assert response_prefix("auto", tokenizer) == "<think>\n"
+    assert response_prefix("auto", tiny[1]) == ""  # plain ChatML pre-fills nothing
+    assert response_prefix(None, tokenizer) == "<think>\n"
     assert response_prefix("none", tokenizer) == "" and response_prefix("<r>", tokenizer) == "<r>"
     with pytest.raises(ConfigError, match="model.response_prefix must be auto, none or a string"):
         response_prefix(3, tokenizer)

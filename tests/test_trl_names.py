@@ -7,9 +7,8 @@ import pytest
 
 from grpo_common.errors import ConfigError
 from grpo_recipes.config.checks import check_values
-from grpo_recipes.config.cli import rewrite_argv
+from grpo_recipes.config.cli import grpo_field_names, rewrite_argv
 from grpo_recipes.config.preflight import compose, parse
-from grpo_recipes.config.trl_names import grpo_field_names
 
 CONFIG = Path(__file__).resolve().parents[1] / "config"
 

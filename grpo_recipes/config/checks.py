@@ -13,21 +13,21 @@ from collections.abc import Mapping
 from typing import Any
 
 from grpo_common.errors import ConfigError
+from grpo_recipes.config.cli import MODEL_FIELDS, trl_hint
 from grpo_recipes.config.knobs import CLOSED_SECTIONS, GROUPS, OPEN_GROUPS, SCHEMA
-from grpo_recipes.config.trl_names import MODEL_FIELDS, trl_hint
-from grpo_recipes.config.values import Float, show
+from grpo_recipes.config.values import Float, lookup, show
 
 
 def check_values(cfg: Mapping[str, Any], world_size: int | None = None) -> None:
     """Raise ConfigError on the first key whose value is not accepted (cfg: the resolved config)."""
     for key, spec in SCHEMA.items():
-        found, value = _lookup(cfg, key)
+        found, value = lookup(cfg, key)
         if not found and not key.startswith("grpo."):
             raise ConfigError(f"{key}: missing; expected {spec.describe()}")
         if found and not spec.accepts(value):
             raise ConfigError(f"{key}={show(value)}: expected {spec.describe()}")
     for group in CLOSED_SECTIONS:
-        found, section = _lookup(cfg, group) if group else (True, cfg)
+        found, section = lookup(cfg, group) if group else (True, cfg)
         if found and isinstance(section, Mapping):
             prefix = f"{group}." if group else ""
             known = {k[len(prefix) :].split(".")[0] for k in SCHEMA if k.startswith(prefix)} | (
@@ -208,12 +208,3 @@ def unknown_key_message(key: str, known: list[str]) -> str:
     if key in MODEL_FIELDS or f"grpo.{key}" in SCHEMA:  # TRL's spelling, in a YAML file (cli.py takes it)
         hint = trl_hint(key)
     return f"{key}: unknown key.{hint} Accepted: {', '.join(known)}"
-
-
-def _lookup(cfg: Mapping[str, Any], dotted: str) -> tuple[bool, Any]:
-    node: Any = cfg
-    for part in dotted.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return False, None
-        node = node[part]
-    return True, node

@@ -1,12 +1,17 @@
-"""Command-line sugar applied before Hydra parses the arguments (kept import-light)."""
+"""Command-line sugar applied before Hydra parses the arguments (kept import-light), and TRL's names for
+the recipe's keys: TRL's scripts take `--model_name_or_path`, `--use_peft`, GRPOConfig fields at the top
+level...; here they live in the `model` and `grpo` groups. The command line accepts TRL's spelling
+(rewritten into ours); a YAML file that uses it gets a message naming our key."""
 
 from __future__ import annotations
 
+import ast
+import functools
+import importlib.util
 import re
 from pathlib import Path
 
 from grpo_recipes.config.knobs import GROUPS, OPEN_GROUPS, SCHEMA
-from grpo_recipes.config.trl_names import MODEL_FIELDS, QUANTIZE_FLAGS, grpo_field_names
 
 # Open mappings: any GRPOConfig field, any task, any reward may be named on the command line,
 # not only those already in the YAML. `key=value` becomes Hydra's add-or-override `++key=value`,
@@ -23,7 +28,7 @@ def rewrite_argv(argv: list[str], config_dir: Path) -> list[str]:
 
     `model=smollm2_135m` still picks config/model/smollm2_135m.yaml; sweeps (`a,b`) are left alone.
     Also: `grpo.x=1` -> `++grpo.x=1` (see OPEN_PREFIXES), and -m/--multirun moves to the front.
-    TRL's spelling (trl_names.py) becomes ours: `model_name_or_path=X` as `model=X`, `lora_r=8` ->
+    TRL's spelling (MODEL_FIELDS) becomes ours: `model_name_or_path=X` as `model=X`, `lora_r=8` ->
     `model.lora.r=8`, a GRPOConfig field at the top level (`num_generations=4`) -> `grpo.num_generations=4`,
     `report_to=wandb` -> `logger=wandb` (the logger option also sets where its files go).
     """
@@ -98,3 +103,55 @@ def model_name_from_path(value: str) -> str:
     if re.fullmatch(r"final|checkpoint-\d+", path.name) and path.parent.name:
         return f"{path.parent.name}-{path.name}"
     return path.name or value
+
+
+# TRL's ModelConfig fields (and the trl CLI's flags) -> the recipe's key. model_name_or_path picks a
+# model the way `model=<id>` does (cli.py), so it is handled there.
+MODEL_FIELDS = {
+    "model_name_or_path": "model.path",
+    "model.model_name_or_path": "model.path",
+    "dtype": "model.dtype",
+    "torch_dtype": "model.dtype",
+    "model.torch_dtype": "model.dtype",
+    "attn_implementation": "model.attn_implementation",
+    "use_peft": "model.lora.enabled",
+    "lora_r": "model.lora.r",
+    "lora_alpha": "model.lora.alpha",
+    "lora_dropout": "model.lora.dropout",
+    "lora_target_modules": "model.lora.target_modules",
+    "load_in_4bit": "model.lora.quantize",  # true -> 4bit
+    "load_in_8bit": "model.lora.quantize",  # true -> 8bit
+}
+QUANTIZE_FLAGS = {"load_in_4bit": "4bit", "load_in_8bit": "8bit"}
+
+
+def trl_hint(key: str) -> str:
+    """' key is TRL's name; here it is model.path.' for a key TRL spells differently, else ''."""
+    ours = MODEL_FIELDS.get(key)
+    if ours is None and "." not in key and key in grpo_field_names():
+        ours = f"grpo.{key}"
+    return f" {key} is TRL's name; here it is {ours}." if ours else ""
+
+
+# GRPOConfig's dataclass and the classes it extends, in the pinned TRL and transformers.
+GRPO_CONFIG_CLASSES = (
+    ("trl.trainer.grpo_config", "GRPOConfig"),
+    ("trl.trainer.base_config", "_BaseConfig"),
+    ("transformers.training_args", "TrainingArguments"),
+)
+
+
+@functools.cache
+def grpo_field_names() -> frozenset[str]:
+    """GRPOConfig's field names, read from TRL's and transformers' source without importing them (an
+    import takes seconds; this is for the command line). tests/test_trl_names.py checks it against
+    dataclasses.fields(GRPOConfig)."""
+    names: set[str] = set()
+    for module, cls in GRPO_CONFIG_CLASSES:
+        spec = importlib.util.find_spec(module)
+        tree = ast.parse(Path(spec.origin).read_text())
+        body = next(n.body for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
+        names |= {
+            n.target.id for n in body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+        }
+    return frozenset(names)

@@ -33,6 +33,7 @@ from grpo_recipes.config.values import (
     Value,
 )
 
+OPT_BOOL = Value("bool", optional=True)
 TRL_DEFAULT = object()  # a GRPOConfig field the recipe only range-checks: TRL's default, not in the config
 DTYPE_NAMES = ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
 
@@ -54,21 +55,14 @@ class Top:
     output_root: str = knob("outputs", Value("path"), "where run dirs are made", resume=True)
     output_dir: str = knob("${hydra:runtime.output_dir}", STR, "the run dir (set by Hydra)", resume=True)
     resume: Any = knob(
-        False,
-        Choice(True, False, "auto"),
-        "true: continue outputs/<run_name> as it was | auto: continue it if unfinished, else start it",
-        resume=True,
+        False, Choice(True, False, "auto"), "true: continue the run | auto: if unfinished", resume=True
     )
     use_vllm: bool = knob(False, BOOL, "generate with vLLM (GPU; grpo.vllm_mode colocate | server)")
     eval_only: bool = knob(False, BOOL, "only the fixed eval, on model=<checkpoint dir> or a base model")
     report_to: Any = knob("none", Value("str_or_list"), "trackers (set by logger=...)", resume=True)
-    log_samples_every: int = knob(
-        10, STEPS, "samples.jsonl: rollouts at step 1 and every N steps (0: off)", resume=True
-    )
+    log_samples_every: int = knob(10, STEPS, "samples.jsonl: rollouts every N steps (0: off)", resume=True)
     log_samples_count: int = knob(8, COUNT, "rollouts kept per sampled step", resume=True)
-    optimized_metric: str = knob(
-        "accuracy", STR, "what the run returns to a sweeper: a final fixed-eval metric", resume=True
-    )
+    optimized_metric: str = knob("accuracy", STR, "the final eval metric a sweeper gets", resume=True)
 
 
 @dataclass
@@ -97,9 +91,7 @@ class Lora:
     r: int = knob(16, COUNT, "the adapter's rank")
     alpha: float = knob(32, Float(above=0), "LoRA's alpha")
     dropout: float = knob(0.05, Float(0, below=1), "LoRA's dropout")
-    target_modules: Any = knob(
-        "auto", Value("str_or_list"), "auto: attention + MLP projections; or a list, or all-linear"
-    )
+    target_modules: Any = knob("auto", Value("str_or_list"), "auto: attention + MLP; a list; all-linear")
     merge_on_save: bool = knob(False, BOOL, "also write final-merged/: the adapter merged into the weights")
     quantize: Any = knob(None, Choice("4bit", "8bit", optional=True), "QLoRA base weights (CUDA GPU only)")
 
@@ -111,11 +103,7 @@ class Model:
     dtype: str = knob("auto", Choice(*DTYPE_NAMES), "auto: fp32 on CPU, bf16 on a GPU that supports it")
     attn_implementation: Any = knob(None, OPT_STR, "null: transformers' default (sdpa)", resume=True)
     chat_template: Any = knob(None, OPT_STR, "a Jinja template (or .jinja file) replacing the tokenizer's")
-    response_prefix: Any = knob(
-        "auto",
-        Value("str", optional=True),
-        "what the template pre-fills in the reply: auto | none | a string",
-    )
+    response_prefix: Any = knob("auto", OPT_STR, "what the template pre-fills: auto | none | a string")
     lora: Lora = field(default_factory=Lora)
 
 
@@ -134,9 +122,7 @@ class Dataset:
     name: str = knob("???", STR, "the dataset's short name (in run_name)")
     prompt_format: str = knob("answer_tag", STR, "plain | answer_tag | think | code")
     system_prompt: Any = knob(None, OPT_STR, "null: the prompt format's default system prompt")
-    few_shot: Any = knob(
-        [], Value("list", optional=True), "worked examples: [{question: .., completion: ..}]"
-    )
+    few_shot: Any = knob([], Value("list", optional=True), "worked examples: [{question, completion}]")
     train_size: int = knob(2000, COUNT, "training problems")
     seed: int = knob(1, Int(0), "the training problems' seed")
     tasks: dict = knob({}, Value("dict"), "task -> {weight, config}")
@@ -165,14 +151,9 @@ class Sandbox:
 class RecipeGRPOFields:
     """The recipe's own GRPO knobs: TRL's GRPOConfig extended with them (trainer_args.py)."""
 
-    fast_paths: Any = knob(
-        "auto",
-        Choice("auto", True, False),
-        "the CPU speed-ups: auto (the TRL they were written for)",
-        resume=True,
-    )
+    fast_paths: Any = knob("auto", Choice("auto", True, False), "the CPU speed-ups (README)", resume=True)
     no_signal_warning: int = knob(
-        3, STEPS, "warn after this many steps in a row with no reward variance (0: off)", resume=True
+        3, STEPS, "warn after N steps without reward variance (0: off)", resume=True
     )
     dynamic_sampling: bool = knob(False, BOOL, "DAPO's dynamic sampling: train only on groups that differ")
     dynamic_sampling_max_draws: int = knob(4, COUNT, "at most this many generation batches per step")
@@ -192,10 +173,8 @@ class GRPO(RecipeGRPOFields):
     scale_rewards: Any = knob("group", Choice("group", "batch", "none", True, False), "advantage scaling")
     lr_scheduler_type: str = knob("constant_with_warmup", STR, "transformers' scheduler")
     warmup_steps: float = knob(2, Float(0), "warm-up steps")
-    activation_checkpointing: Any = knob(
-        None, Value("bool", optional=True), "null: on only where memory needs it", resume=True
-    )
-    bf16: Any = knob(None, Value("bool", optional=True), "null: bf16 where the hardware computes it")
+    activation_checkpointing: Any = knob(None, OPT_BOOL, "null: on only where memory needs it", resume=True)
+    bf16: Any = knob(None, OPT_BOOL, "null: bf16 where the hardware computes it")
     logging_steps: float = knob(1, Float(above=0), "log every N steps", resume=True)
     save_strategy: str = knob("steps", STR, "when to save checkpoints", resume=True)
     save_steps: float = knob(20, Float(above=0), "a checkpoint every N steps", resume=True)
@@ -214,7 +193,7 @@ class GRPO(RecipeGRPOFields):
     max_grad_norm: float = knob(TRL_DEFAULT, Float(0), "gradient clipping")
     weight_decay: float = knob(TRL_DEFAULT, Float(0), "AdamW's weight decay")
     gradient_checkpointing: Any = knob(
-        TRL_DEFAULT, Value("bool", optional=True), "alias of activation_checkpointing", resume=True
+        TRL_DEFAULT, OPT_BOOL, "alias of activation_checkpointing", resume=True
     )
     fp16: bool = knob(TRL_DEFAULT, BOOL, "fp16 mixed precision")
     importance_sampling_level: str = knob(TRL_DEFAULT, Choice("token", "sequence"), "token | sequence (GSPO)")
@@ -248,14 +227,11 @@ def walk(cls: type, prefix: str = ""):
             yield from walk(f.default_factory, f"{prefix}{f.name}.")
 
 
-def _declared() -> dict[str, dataclasses.Field]:
-    out = {}
-    for group, cls in {**GROUPS, **OPEN_GROUPS}.items():
-        out.update(walk(cls, f"{group}." if group else ""))
-    return out
-
-
-KNOBS: dict[str, dataclasses.Field] = _declared()
+KNOBS: dict[str, dataclasses.Field] = {
+    key: f
+    for group, cls in {**GROUPS, **OPEN_GROUPS}.items()
+    for key, f in walk(cls, f"{group}." if group else "")
+}
 SCHEMA: dict[str, Value] = {key: f.metadata["accepts"] for key, f in KNOBS.items()}
 # Sections whose every key is declared: the groups and their nested groups ("" is the top level).
 CLOSED_SECTIONS = tuple(

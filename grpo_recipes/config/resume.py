@@ -27,6 +27,7 @@ from typing import Any
 
 from grpo_common.errors import ConfigError
 from grpo_recipes.config.knobs import may_change_on_resume
+from grpo_recipes.config.values import lookup
 
 # Where the run lives: the plan has already found the directory, however it was spelled.
 IDENTITY = ("output_dir", "output_root", "run_name")
@@ -37,10 +38,6 @@ def holds_run(run_dir: Path) -> bool:
     return run_dir.is_dir() and (
         any((run_dir / f).exists() for f in RUN_FILES) or any(run_dir.glob("checkpoint-*"))
     )
-
-
-def is_finished(run_dir: Path) -> bool:
-    return (run_dir / "train_results.json").is_file()
 
 
 def finished_step(run_dir: Path) -> int | None:
@@ -87,7 +84,7 @@ def plan_run(run_dir: Path, resume: bool | str, eval_only: bool = False, main: b
             f"output dir '{run_dir}' already holds a run: pass resume=true to continue it, or a new "
             "run_name=... to start another"
         )
-    return RunPlan("finished" if is_finished(run_dir) else "resume", run_dir)
+    return RunPlan("finished" if (run_dir / "train_results.json").is_file() else "resume", run_dir)
 
 
 def last_checkpoint_step(run_dir: Path) -> int | None:
@@ -145,20 +142,12 @@ def check_changes(run_dir: Path, saved: Mapping[str, Any], now: Mapping[str, Any
 
 
 def _change(saved: Mapping[str, Any], now: Mapping[str, Any], dotted: str) -> str:
-    before, after = _value(saved, dotted), _value(now, dotted)
+    (had, before), (has, after) = lookup(saved, dotted), lookup(now, dotted)
+    before, after = before if had else _MISSING, after if has else _MISSING
     scalar = all(
         isinstance(v, (str, int, float, bool, type(None))) and len(str(v)) <= 40 for v in (before, after)
     )
     return f"{dotted} ({_show(before)} -> {_show(after)})" if scalar else dotted
-
-
-def _value(cfg: Mapping[str, Any], dotted: str) -> Any:
-    node: Any = cfg
-    for part in dotted.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return _MISSING
-        node = node[part]
-    return node
 
 
 def _show(value: Any) -> str:

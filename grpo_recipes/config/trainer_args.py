@@ -1,14 +1,7 @@
-"""From the composed Hydra config (a plain dict) to GRPOConfig keyword arguments, and TRL's own
-check of them.
-
-- The `grpo` group holds GRPOConfig fields; every field is reachable, an unknown key is an
-  error naming the key (field names change between TRL versions). The recipe's own knobs
-  (knobs.RecipeGRPOFields) extend GRPOConfig, as open-r1 extends it: `RecipeGRPOConfig`.
-- Common knobs live at the top level (`max_steps=100`) and are copied in here.
-- The hardware (hardware.py) decides precision: GPU -> bf16 where supported; CPU -> use_cpu, with
-  bf16 autocast where the CPU computes bf16 natively, fp32 otherwise. A setting that cannot work
-  on this hardware is an error.
-"""
+"""From the composed config to the run's GRPOConfig, checked as TRL checks it. The `grpo` group takes
+every GRPOConfig field (an unknown one is named), common knobs are copied in from the top level, the
+hardware decides precision (hardware.py), and the recipe's own knobs extend GRPOConfig as open-r1
+extends it (`RecipeGRPOConfig`)."""
 
 from __future__ import annotations
 
@@ -27,7 +20,6 @@ from grpo_recipes.models.hardware import Hardware, apply_hardware, detect_hardwa
 
 # Top-level knobs that are GRPOConfig fields: `python train_grpo.py max_steps=100`.
 COMMON_KNOBS = ("max_steps", "learning_rate", "seed", "run_name", "output_dir", "report_to")
-SWITCHES = ("use_vllm",)
 
 
 @functools.cache
@@ -61,9 +53,7 @@ def build_grpo_kwargs(
             close = difflib.get_close_matches(key, sorted(fields), n=3, cutoff=0.6)
             hint = f" Did you mean: {', '.join(close)}?" if close else ""
             raise ConfigError(f"grpo.{key}: not a GRPOConfig field of the installed TRL.{hint}")
-    # Switches that may be turned on at the top level (`use_vllm=true`) or inside a grpo preset.
-    for switch in SWITCHES:
-        grpo[switch] = bool(cfg.get(switch)) or bool(grpo.get(switch))
+    grpo["use_vllm"] = cfg["use_vllm"] or bool(grpo.get("use_vllm"))  # on at the top level or in a preset
     if isinstance(grpo.get("report_to"), str):
         grpo["report_to"] = [grpo["report_to"]]
 
@@ -133,9 +123,8 @@ def build_grpo_config(grpo: dict[str, Any]):
     hints = typing.get_type_hints(config_class)
     for key, value in grpo.items():  # the declared keys are checked by their declaration (checks.py)
         if f"grpo.{key}" not in SCHEMA and key in hints and not _matches(value, hints[key]):
-            raise ConfigError(
-                f"grpo.{key}={show(value)}: expected {_type_name(hints[key])} (GRPOConfig's type)"
-            )
+            name = str(hints[key]).replace("typing.", "").replace("<class '", "").replace("'>", "")
+            raise ConfigError(f"grpo.{key}={show(value)}: expected {name} (GRPOConfig's type)")
     supported = supported_values(config_class, "loss_type")  # TRL checks it only once training starts
     if supported and grpo.get("loss_type", supported[0]) not in supported:
         raise ConfigError(
@@ -193,7 +182,3 @@ def _matches(value: Any, tp: Any) -> bool:
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return value in {e.value for e in tp}
     return True
-
-
-def _type_name(tp: Any) -> str:
-    return str(tp).replace("typing.", "").replace("<class '", "").replace("'>", "")

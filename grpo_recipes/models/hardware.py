@@ -1,8 +1,6 @@
-"""The hardware a run trains on and what follows from it: precision (GPU: bf16 where supported; CPU: bf16
-autocast where it computes bf16 natively, AMX / AVX-512-BF16, faster with the same eval numbers, else fp32;
-weights stay fp32 on a CPU), memory, and the distributed engine (FSDP needs a GPU: with `use_cpu` accelerate
-drops the FSDP plugin and runs plain DDP; DeepSpeed ZeRO-2/3 run on CPU processes, README "Scaling up").
-"""
+"""The hardware a run trains on and what follows: precision (CPU: bf16 autocast only where it computes bf16
+natively, AMX / AVX-512-BF16, else fp32), memory, and the engine (with `use_cpu` accelerate drops FSDP's
+plugin and runs plain DDP; DeepSpeed ZeRO-2/3 run on CPU processes, README "Scaling up")."""
 
 from __future__ import annotations
 
@@ -28,23 +26,16 @@ class Hardware:
         return "cuda" if self.gpu else "cpu"
 
 
-def cpu_has_native_bf16() -> bool:
-    """AMX or AVX-512-BF16 (Linux /proc/cpuinfo); elsewhere assume not."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return bool({"amx_bf16", "avx512_bf16"} & set(line.split(":", 1)[1].split()))
-    except OSError:
-        pass
-    return False
-
-
 def detect_hardware() -> Hardware:
     import torch
 
-    gpu = torch.cuda.is_available()
-    bf16 = torch.cuda.is_bf16_supported() if gpu else cpu_has_native_bf16()
+    gpu, bf16 = torch.cuda.is_available(), False
+    if gpu:
+        bf16 = torch.cuda.is_bf16_supported()
+    elif os.path.isfile("/proc/cpuinfo"):  # AMX or AVX-512-BF16; elsewhere assume not
+        with open("/proc/cpuinfo") as f:
+            flags = next((ln for ln in f if ln.startswith("flags")), ":").split(":", 1)[1]
+        bf16 = bool({"amx_bf16", "avx512_bf16"} & set(flags.split()))
     return Hardware(gpu=gpu, bf16=bf16, world_size=int(os.environ.get("WORLD_SIZE", "1")))
 
 
@@ -69,17 +60,15 @@ def _glibc():
 
 
 def trim_heap() -> bool:
-    """Give the heap PyTorch freed back to the OS (glibc only); True if any was returned. glibc keeps freed
-    blocks under its mmap threshold: the KV cache and bf16 weight copies freed after generation stayed
-    resident under the training forward's activations (benchmarks/RESULTS.md, target 6)."""
+    """Give freed heap back to the OS (glibc only): glibc kept the KV cache and bf16 weight copies freed after
+    generation resident under the training forward's activations (benchmarks/RESULTS.md, target 6)."""
     return bool((libc := _glibc()) is not None and libc.malloc_trim(0))
 
 
 def resolve_activation_checkpointing(grpo: dict, model, hw: Hardware, lora: bool, memory_bytes=None) -> bool:
     """`activation_checkpointing: null` -> on only where the training state (weights + gradients + two AdamW
-    moments; weights alone under LoRA) is over a quarter of the device's memory (its GPU's, or this process's
-    share of the host's), the rest being activations, the runtime and the OS (measured: benchmarks/RESULTS.md,
-    target 6). Sets the key in `grpo` (GRPOConfig keyword arguments) and returns it."""
+    moments; weights alone under LoRA) is over a quarter of the device's memory (measured:
+    benchmarks/RESULTS.md, target 6). Sets the key in `grpo` and returns it."""
     if grpo.get("activation_checkpointing") is None and grpo.get("gradient_checkpointing") is not None:
         grpo["activation_checkpointing"] = grpo["gradient_checkpointing"]  # the older name, set explicitly
     if grpo.get("activation_checkpointing") is None:
@@ -89,14 +78,12 @@ def resolve_activation_checkpointing(grpo: dict, model, hw: Hardware, lora: bool
             import torch
 
             memory_bytes = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
-        elif memory_bytes is None:
-            memory_bytes = host_memory_bytes()
+        memory_bytes = host_memory_bytes() if memory_bytes is None else memory_bytes
         grpo["activation_checkpointing"] = state > memory_bytes / 4
     return bool(grpo["activation_checkpointing"])
 
 
 def apply_hardware(grpo: dict[str, Any], hw: Hardware) -> None:
-    """Precision and device in GRPOConfig keyword arguments; what this hardware cannot run is an error."""
     if grpo.get("use_vllm"):
         if not hw.gpu:
             raise ConfigError(
@@ -121,8 +108,7 @@ def apply_hardware(grpo: dict[str, Any], hw: Hardware) -> None:
 
 
 def requested_engine(env: Mapping[str, str] = os.environ) -> str:
-    """What `accelerate launch` asked for (its config file sets it in the environment): 'deepspeed',
-    'fsdp', or 'ddp' / 'single' by the process count."""
+    """What `accelerate launch` asked for (through the environment): deepspeed, fsdp, ddp or single."""
     for engine in ("deepspeed", "fsdp"):
         if env.get(f"ACCELERATE_USE_{engine.upper()}", "false").lower() in ("1", "true", "yes"):
             return engine
@@ -130,7 +116,6 @@ def requested_engine(env: Mapping[str, str] = os.environ) -> str:
 
 
 def check_engine(gpu: bool, env: Mapping[str, str] = os.environ) -> None:
-    """A launch this hardware cannot run as asked is an error, never a silent fallback."""
     if requested_engine(env) == "fsdp" and not gpu:
         raise ConfigError(
             "accelerate config distributed_type: FSDP needs CUDA GPUs and none was found: on CPU "
@@ -141,7 +126,6 @@ def check_engine(gpu: bool, env: Mapping[str, str] = os.environ) -> None:
 
 
 def running_engine(accelerator) -> str:
-    """The engine the trainer's accelerator really runs, in words for the log."""
     from accelerate.utils import DistributedType
 
     state, kind = accelerator.state, accelerator.distributed_type

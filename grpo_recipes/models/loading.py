@@ -1,6 +1,5 @@
-"""The policy model and its tokenizer from the `model` config group, with its LoRA / QLoRA settings.
-`model.path`: embedded:<name> (embedded.py), tiny-random (tiny.py), or a directory or hub id.
-"""
+"""The policy model and its tokenizer, with LoRA / QLoRA settings. `model.path`: embedded:<name>
+(embedded.py), tiny-random (tiny.py), or a directory or hub id."""
 
 from __future__ import annotations
 
@@ -35,7 +34,6 @@ def cache_root() -> Path:
 
 
 def check_model_path(path: str) -> None:
-    """Fail before anything is written when a local path is given and does not exist."""
     if not path:
         raise ConfigError(
             "model.path is empty: give a local directory, a hub id, embedded:<name> or tiny-random"
@@ -53,7 +51,6 @@ def check_model_path(path: str) -> None:
 
 
 def in_hub_cache(repo_id: str) -> bool:
-    """The model's config.json is in the local hub cache (then transformers loads it offline)."""
     from huggingface_hub import try_to_load_from_cache
 
     try:
@@ -73,7 +70,7 @@ def unreachable_message(repo_id: str, why: str) -> str:
 
 def ensure_tiny(seed: int) -> Path:
     """The tiny random model saved once per seed: loaded from a path like any model (TRL rebuilds its
-    reference model from the path; LoRA adapters and eval_only point back to it)."""
+    reference model from the path)."""
     target = cache_root() / f"tiny-random-{TINY_VERSION}-seed{seed}"
     if not (target / "config.json").exists():
         from grpo_recipes.models.tiny import tiny_model, tiny_tokenizer
@@ -100,7 +97,6 @@ def torch_dtype(name: str, on_gpu: bool):
 
 
 def lora_config(lora: dict[str, Any], model_type: str):
-    """A peft LoraConfig (GRPOTrainer wraps the model with it), or None when LoRA is off."""
     if not lora or not lora.get("enabled"):
         return None
     from peft import LoraConfig
@@ -118,7 +114,6 @@ def lora_config(lora: dict[str, Any], model_type: str):
 
 
 def quantization_config(lora: dict[str, Any], on_gpu: bool):
-    """bitsandbytes config for QLoRA (`model.lora.quantize: 4bit | 8bit`), checked against the hardware."""
     mode = lora.get("quantize")  # 4bit, 8bit or null (config/knobs.py)
     if not mode:
         return None
@@ -147,7 +142,6 @@ def quantization_config(lora: dict[str, Any], on_gpu: bool):
 
 
 def _load_model(local: str, kwargs: dict[str, Any]):
-    """from_pretrained; a checkpoint saved as ZeRO-3 or FSDP shards is consolidated first (weights.py)."""
     from transformers import AutoModelForCausalLM
 
     try:
@@ -174,9 +168,7 @@ def load_model_and_tokenizer(model_cfg: dict[str, Any], on_gpu: bool, seed: int 
     kwargs = {"dtype": torch_dtype(model_cfg["dtype"], on_gpu)}
     if model_cfg["attn_implementation"]:
         kwargs["attn_implementation"] = model_cfg["attn_implementation"]
-    quantization = quantization_config(model_cfg["lora"], on_gpu)
-    if quantization is not None:
-        kwargs["quantization_config"] = quantization
+    kwargs["quantization_config"] = quantization_config(model_cfg["lora"], on_gpu)  # None: from_pretrained's
     if path == TINY:
         local = str(ensure_tiny(seed))
     elif path.startswith(PREFIX):

@@ -1,5 +1,4 @@
-"""A tiny random causal LM with a character-level chat tokenizer, built from a config: nothing is
-downloaded, tests and smoke runs exercise the whole pipeline in seconds."""
+"""A tiny random causal LM with a character-level chat tokenizer: nothing is downloaded."""
 
 from __future__ import annotations
 

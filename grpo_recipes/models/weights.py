@@ -1,8 +1,6 @@
-"""Saved models that load with `from_pretrained`, whichever engine trained them. DeepSpeed ZeRO-3 without
-`zero3_save_16bit_model` writes its own `global_step<N>/` shards, FSDP's SHARDED_STATE_DICT no weights at all
-with `save_model`: the final save gathers or converts them with the libraries' own tools, and eval_only reads
-a sharded checkpoint the same way. Checkpoints keep the engines' resumable state as written.
-"""
+"""Saved models that load with `from_pretrained`, whichever engine trained them: ZeRO-3 shards (without
+`zero3_save_16bit_model`) and FSDP's SHARDED_STATE_DICT are gathered or converted with the libraries' own
+tools at the final save and when eval_only reads them. Checkpoints keep the engines' state as written."""
 
 from __future__ import annotations
 
@@ -35,7 +33,6 @@ def sharded_format(path: Path) -> str | None:
 
 
 def consolidated_state_dict(path: Path) -> dict[str, Any]:
-    """The full fp32 state dict of a sharded checkpoint (sharded_format), read with the engine's own tool."""
     if sharded_format(path) == "deepspeed":
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
@@ -43,8 +40,7 @@ def consolidated_state_dict(path: Path) -> dict[str, Any]:
     import torch
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-    # FSDP: torch's converter of distributed checkpoints (accelerate's merge_fsdp_weights wraps it, on rank 0
-    # only); accelerate saves the model's state dict under the key "model"
+    # FSDP: torch's converter (accelerate's merge_fsdp_weights wraps it, on rank 0 only)
     with tempfile.TemporaryDirectory() as tmp:
         dcp_to_torch_save(str(path / FSDP_MODEL_DIR), str(Path(tmp) / "model.pt"))
         state = torch.load(Path(tmp) / "model.pt", weights_only=True)
@@ -52,9 +48,8 @@ def consolidated_state_dict(path: Path) -> dict[str, Any]:
 
 
 def consolidated_copy(path: Path) -> Path:
-    """A sharded checkpoint's consolidated weights beside its config and tokenizer files, kept in the cache:
-    the loaded model's `name_or_path` must stay a directory (TRL rebuilds the reference model from it, vLLM
-    loads it). The checkpoint itself is not touched."""
+    """A sharded checkpoint's consolidated weights beside its config and tokenizer files, in the cache: the
+    model's `name_or_path` must stay a directory (TRL rebuilds the reference model from it, vLLM loads it)."""
     import hashlib
 
     import torch
@@ -81,9 +76,8 @@ def consolidated_copy(path: Path) -> Path:
 
 
 class CompleteShardedCheckpoints(TrainerCallback):
-    """Under FSDP's SHARDED_STATE_DICT a checkpoint gets accelerate's shards and nothing else (save_model
-    saves only a FULL_STATE_DICT): no config, no tokenizer, so eval_only could not load it. After each save
-    the main process adds them (the shards stay as written: they are the resumable state)."""
+    """Under FSDP's SHARDED_STATE_DICT a checkpoint gets only accelerate's shards: add the config and the
+    tokenizer after each save, so eval_only can load it."""
 
     def on_save(self, args, state, control, model=None, processing_class=None, **kwargs):
         if not state.is_world_process_zero or model is None:

@@ -4,8 +4,7 @@ from hydra.experimental.callback import Callback
 
 
 class SweepSummaryCallback(Callback):
-    """Hydra callback (config/train.yaml): write the sweep summary (sweep.py) when a multirun ends. Hydra
-    builds it for every run, hence here, apart from the summary's own imports."""
+    """Writes the sweep summary when a multirun ends. Hydra builds it for every run: hence no imports here."""
 
     def on_multirun_end(self, config, **kwargs) -> None:
         from pathlib import Path

@@ -1,6 +1,5 @@
-"""What a run writes besides checkpoints (main process only): metrics.jsonl, train.log and the console, and
-the helpers for every JSON file of a run: JSON lines are appended whole and synced, so an interrupted run
-keeps every line before it; other files are replaced atomically."""
+"""metrics.jsonl, train.log and the console, and the JSON helpers: JSON lines are appended whole and synced,
+so an interrupted run keeps every line before it; other files are replaced atomically."""
 
 from __future__ import annotations
 
@@ -37,7 +36,6 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Readers never see a half-written file: write a sibling, sync it, then rename it over."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "w") as f:
@@ -48,7 +46,6 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def load_evals(run_dir: Path) -> dict[int, dict[str, Any]]:
-    """The run's fixed evals (eval_results/eval_step_<N>.json) by step, in order."""
     paths = Path(run_dir, "eval_results").glob("eval_step_*.json")
     return dict(sorted((int(p.stem.rsplit("_", 1)[1]), json.loads(p.read_text())) for p in paths))
 
@@ -58,8 +55,7 @@ def is_eval_log(logs: dict[str, Any]) -> bool:
 
 
 def append_metrics(path: Path, step: int, logs: dict[str, Any]) -> None:
-    """One line of metrics.jsonl: `{"step", "split": train|eval, "time", "train/..." | "eval/..."}`, named as
-    transformers' `rewrite_logs` names them for wandb and TensorBoard (non-finite numbers as null)."""
+    """One line of metrics.jsonl, keys named as `rewrite_logs` names them for wandb (non-finite: null)."""
     record = {"step": step, "split": "eval" if is_eval_log(logs) else "train", "time": round(time.time(), 3)}
     for k, v in rewrite_logs(logs).items():
         record[k] = None if isinstance(v, float) and not math.isfinite(v) else v
@@ -76,9 +72,8 @@ class MetricsFileCallback(TrainerCallback):
 
 
 class ConciseProgressCallback(ProgressCallback):
-    """The progress bar (with ETA) plus one readable line per logging step instead of a raw dict."""
+    """The progress bar plus one readable line per logging step instead of a raw dict."""
 
-    # the logged keys a line shows, in order, and how
     SHOWN: ClassVar[dict[str, str]] = {"reward": "reward {:.3f}", "reward_std": "std {:.3f}"}
     SHOWN |= {"completions/mean_length": "len {:.1f}", "entropy": "entropy {:.3f}", "kl": "kl {:.4f}"}
     SHOWN |= {"learning_rate": "lr {:.1e}", "step_time": "s/step {:.1f}"}
@@ -106,7 +101,7 @@ class ConciseProgressCallback(ProgressCallback):
 
 
 class _Tee:
-    """Mirrors a console stream into train.log, keeping only the final state of \\r-updated lines."""
+    """Mirrors a console stream into train.log."""
 
     def __init__(self, stream, log_file):
         self.stream, self.log_file, self.pending = stream, log_file, ""
@@ -129,7 +124,7 @@ class _Tee:
 
 
 def setup_console(run_dir: Path | None, main: bool = True) -> None:
-    """Log lines to the console (other ranks: warnings only), and mirror the whole console into train.log."""
+    """Log lines to the console (other ranks: warnings only), mirrored into train.log."""
     if run_dir is not None:  # the tee first, so the log handler below writes through it
         log_file = open(run_dir / "train.log", "a", buffering=1)  # noqa: SIM115 - lives as long as the process
         sys.stdout = _Tee(sys.stdout, log_file)

@@ -1,5 +1,4 @@
-"""The PNG plots of a run's report (report.py): accuracy per task, reward and group variance,
-curriculum levels, completion length and format compliance, entropy and KL."""
+"""The PNG plots of a run's report (report.py)."""
 
 from __future__ import annotations
 
@@ -9,24 +8,20 @@ STEP, SHARE = "training step", (-0.02, 1.02)  # the x label, and the y range of 
 
 
 def _smooth(values: list[float]) -> list[float]:
-    """A trailing moving average over a tenth of the points."""
     window = max(1, len(values) // 10)
     return [sum(values[max(0, i - window + 1) : i + 1]) / min(i + 1, window) for i in range(len(values))]
 
 
 def series(train: list[dict], key: str) -> tuple[list[int], list[float]]:
-    """(steps, values) of a train metric, where it was logged as a number."""
     pts = [(r["step"], r[key]) for r in train if isinstance(r.get(key), (int, float))]
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
 def _names(train: list[dict], prefix: str, suffix: str) -> list[str]:
-    """The names logged as `<prefix><name>/...<suffix>` (reward functions, curriculum tasks), sorted."""
     return sorted({k.split("/")[2] for r in train for k in r if k.startswith(prefix) and k.endswith(suffix)})
 
 
 def _plot_train(ax, train, key, label, color=None, raw=True):
-    """A train metric: faint per step (`raw`), bold as a moving average; False if it was never logged."""
     steps, values = series(train, key)
     if not steps:
         return False
@@ -37,7 +32,6 @@ def _plot_train(ax, train, key, label, color=None, raw=True):
 
 
 def _plot_eval(ax, evals, key, label, color, fmt="o-", linewidth=2, **style):
-    """A fixed-eval metric at every eval step, as markers joined by lines."""
     steps = list(evals)
     values = [evals[s]["metrics"].get(key) for s in steps]
     ax.plot(steps, values, fmt, color=color, linewidth=linewidth, label=label, **style)
@@ -50,7 +44,6 @@ def finish(ax, **labels):
 
 
 def pyplot():
-    """matplotlib.pyplot on the Agg backend: files only, no display needed."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -66,7 +59,6 @@ def save_figure(fig, path: Path) -> None:
 
 
 def make_plots(run_dir: Path, train: list[dict], evals: dict, tasks: list[str]) -> list[tuple[str, str]]:
-    """(title, file name) of each plot written."""
     plt = pyplot()
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     plots = []
@@ -75,7 +67,6 @@ def make_plots(run_dir: Path, train: list[dict], evals: dict, tasks: list[str]) 
         save_figure(fig, run_dir / name)
         plots.append((title, name))
 
-    # 1. accuracy: the fixed eval per task (markers) and the train accuracy per task (smoothed)
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for i, task in enumerate(tasks):
         c = colors[i % len(colors)]
@@ -90,7 +81,6 @@ def make_plots(run_dir: Path, train: list[dict], evals: dict, tasks: list[str]) 
     if not train:
         return plots
 
-    # 2. reward: total and per reward function, plus how many groups carry a learning signal
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
     _plot_train(ax1, train, "train/reward", "total reward (weighted sum)", color="black")
     for i, name in enumerate(_names(train, "train/rewards/", "/mean")):
@@ -103,7 +93,6 @@ def make_plots(run_dir: Path, train: list[dict], evals: dict, tasks: list[str]) 
     finish(ax2, xlabel=STEP, ylabel="share of prompt groups", ylim=SHARE)
     save(fig, "reward.png", "Reward and group variance")
 
-    # 2b. dataset.curriculum: each task's difficulty level (the fixed eval above stays at the target)
     leveled = _names(train, "train/curriculum/", "/level")
     if leveled:
         fig, ax = plt.subplots(figsize=(8, 3.5))
@@ -114,7 +103,6 @@ def make_plots(run_dir: Path, train: list[dict], evals: dict, tasks: list[str]) 
         finish(ax, xlabel=STEP, ylabel="level (0: easiest)", title="Curriculum level per task")
         save(fig, "curriculum.png", "Curriculum level per task")
 
-    # 3. completion length and format compliance
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
     _plot_train(ax1, train, "train/completions/mean_length", "train samples", color=colors[0])
     _plot_eval(ax1, evals, "mean_length", "fixed eval (greedy)", colors[1])
@@ -124,7 +112,6 @@ def make_plots(run_dir: Path, train: list[dict], evals: dict, tasks: list[str]) 
     finish(ax2, xlabel=STEP, ylabel="share", ylim=SHARE, title="Format compliance and truncation")
     save(fig, "length_format.png", "Completion length and format compliance")
 
-    # 4. entropy and KL to the reference (KL only when beta > 0)
     has_kl = any(isinstance(r.get("train/kl"), (int, float)) for r in train)
     fig, axes = plt.subplots(1 + has_kl, 1, figsize=(8, 6 if has_kl else 3.5), sharex=True, squeeze=False)
     _plot_train(axes[0][0], train, "train/entropy", "entropy", color=colors[4])

@@ -1,6 +1,5 @@
-"""A run's report.md with PNG plots (plots.py), from what the run wrote; at the end of every run, and on
-demand for any run directory, finished or not: `python -m grpo_recipes.outputs.report RUN_DIR ...`.
-"""
+"""A run's report.md with PNG plots (plots.py): at the end of every run, and on demand for any run
+directory: `python -m grpo_recipes.outputs.report RUN_DIR ...`."""
 
 from __future__ import annotations
 
@@ -12,14 +11,13 @@ from typing import Any
 from grpo_recipes.evaluation.evaluator import fixed_examples
 from grpo_recipes.outputs.logs import load_evals, read_jsonl, write_atomic
 
-# the table's columns: (metric, label, format)
+# (metric, label, format)
 EVAL_METRICS = [("accuracy", "accuracy", "{:.1%}"), ("mean_score", "mean score", "{:.3f}")]
 EVAL_METRICS += [("format", "format compliance", "{:.1%}"), ("mean_length", "mean length (tokens)", "{:.1f}")]
 EVAL_METRICS += [("truncated", "cut off at max length", "{:.1%}")]
 
 
 def level_table(first: int, last: int, m0: dict, m1: dict) -> list[str]:
-    """The curriculum's per-level evals: accuracy per task and level, first eval -> last (no rows: [])."""
     keys = [k for k in m1 if k.startswith("level/")]
     if not keys:
         return []
@@ -34,7 +32,6 @@ def level_table(first: int, last: int, m0: dict, m1: dict) -> list[str]:
 
 
 def _table(first: int, last: int, m0: dict, m1: dict, tasks: list[str]) -> list[str]:
-    """One row per task (and all tasks): each metric as `baseline -> final`, accuracy change in points."""
     ks = sorted({k.split("@")[1] for k in m1 if k.startswith("pass@")}, key=int)
     metrics = EVAL_METRICS + [(f"pass@{k}", f"pass@{k}", "{:.1%}") for k in ks]
     cols = [label for _, label, _ in metrics]
@@ -75,8 +72,6 @@ def _examples(evals: dict[int, dict], n: int = 3) -> list[str]:
 
 
 def _cell(sample: dict[str, Any]) -> str:
-    """One rollout in a table cell: the problem, the completion, what each reward gave, what was read."""
-
     def clean(text: Any, n: int) -> str:
         text = str(text)
         return (text[:n] + " ..." if len(text) > n else text).replace("\n", " ").replace("|", "\\|")
@@ -93,7 +88,6 @@ def _cell(sample: dict[str, Any]) -> str:
 
 
 def _samples(run_dir: Path, n: int = 3) -> list[str]:
-    """A few rollouts of the first and the last sampled step, side by side (samples.jsonl)."""
     from grpo_recipes.train.samples import read_samples
 
     by_step = read_samples(run_dir / "samples.jsonl")
@@ -112,7 +106,6 @@ def _samples(run_dir: Path, n: int = 3) -> list[str]:
 
 
 def _header(run_dir: Path, train: list[dict]) -> list[str]:
-    """What was trained (config.yaml), for how long, and dataset.curriculum's levels."""
     lines = [f"# Run report: {run_dir.name}", ""]
     if (run_dir / "config.yaml").exists():
         from omegaconf import OmegaConf
@@ -172,7 +165,6 @@ def write_report(run_dir: str | Path) -> Path:
             )
         lines += ["", "## Baseline vs final", ""] + _table(first, last, m0, m1, tasks) + [""]
         lines += level_table(first, last, m0, m1)
-        # the rules the eval recorded: the run's formats' (code tasks add theirs where they fired)
         rules = [f"{r}: {m1[f'rule/{r}']:.0%}" for r in rule_names() if f"rule/{r}" in m1]
         lines += [f"Answers found at step {last} by rule: {', '.join(rules)}.", ""]
         verifiers = evals[last].get("verifiers") or {}

@@ -1,7 +1,5 @@
-"""Sweeps (`-m`): summary.md ranking a multirun's jobs by their latest fixed-eval accuracy (an Optuna search:
-by its objective), written when the sweep ends and on demand (`python -m grpo_recipes.outputs.sweep DIR`),
-and an Optuna search's study that resumes (prepare_study, for hydra_plugins/grpo_recipes_search).
-"""
+"""Sweeps (`-m`): summary.md ranking a multirun's jobs by their latest fixed-eval accuracy (a search: by its
+objective), also on demand (`python -m grpo_recipes.outputs.sweep DIR`), and an Optuna study that resumes."""
 
 from __future__ import annotations
 
@@ -72,11 +70,8 @@ def summarize_sweep(sweep_dir: str | Path) -> Path:
     ]
     for i, r in enumerate(rows, 1):
         change = "" if r["final"] is None else f"{(r['final'] - r['baseline']) * 100:+.1f} pts"
-        status = (
-            "finished"
-            if r["finished"]
-            else ("running or stopped" if r["step"] is not None else "no eval yet")
-        )
+        status = "running or stopped" if r["step"] is not None else "no eval yet"
+        status = "finished" if r["finished"] else status
         objective = "" if r["objective"] is None else f"{r['metric']} {r['objective']:.4g}"
         lines.append(
             f"| {i} | {r['job']} | `{r['label']}` | {pct(r['final'])} | "
@@ -100,7 +95,6 @@ def summarize_sweep(sweep_dir: str | Path) -> Path:
 
 
 def _plot_trials(sweep_dir: Path, rows: list[dict[str, Any]], direction: str, metric: str) -> None:
-    """objective.png: each trial's objective in the order the search ran them, and the best so far."""
     trials = sorted(rows, key=lambda r: int(r["job"]) if r["job"].isdigit() else 0)
     x = [int(r["job"]) if r["job"].isdigit() else i for i, r in enumerate(trials)]
     y = [r["objective"] for r in trials]
@@ -131,10 +125,9 @@ def _plot(sweep_dir: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def prepare_study(sweeper: Any) -> None:
-    """Before the stock sweep loop of hydra-optuna-sweeper's OptunaSweeperImpl: the study in <sweep
-    dir>/optuna.db (SQLite; optuna 2.10, the plugin's, needs SQLAlchemy < 2) continues where it stopped:
-    complete trials count towards n_trials (the stock sweeper would run n_trials more), a trial left RUNNING
-    by an interrupted search is marked FAIL, and new trials get new job numbers."""
+    """Before hydra-optuna-sweeper's stock loop: the study continues where it stopped (optuna 2.10, the
+    plugin's, needs SQLAlchemy < 2): complete trials count towards n_trials (the stock sweeper would run
+    n_trials more), a trial left RUNNING is marked FAIL, and new trials get new job numbers."""
     import optuna
 
     storage = sweeper.storage

@@ -42,19 +42,26 @@ class Setup:
 
 def assemble(cfg: dict[str, Any], plan: RunPlan) -> Setup:
     from grpo_recipes.models.hardware import check_engine, detect_hardware
+    from rewards import sandbox
     from tasks.registry import is_code_task
 
     hw = detect_hardware()
     check_engine(hw.gpu)
     model, tokenizer, peft_config, prefix = get_model(cfg, hw)
-    configure_sandbox(cfg["sandbox"])  # before any code runs: the tasks' verifiers, code rewards
+    try:  # before any code runs: the tasks' verifiers, code rewards
+        sandbox.configure(**cfg["sandbox"])
+    except (TypeError, ValueError) as err:
+        raise ConfigError(str(err)) from None
     taskset, train_dataset, eval_rows, curriculum = get_datasets(cfg)
     if any(is_code_task(name) for name in taskset.names):
-        from rewards.sandbox import get_executor
-
-        log.info("code tasks run in the sandbox: %s", get_executor().layers())
+        log.info("code tasks run in the sandbox: %s", sandbox.get_executor().layers())
     reward_funcs, weights = get_rewards(cfg, taskset, prefix, curriculum)
     args = get_training_args(cfg, hw, weights, model, lora=peft_config is not None)
+    checkpoint = None
+    if plan.action == "resume":  # from the last checkpoint; None: from the start
+        from transformers.trainer_utils import get_last_checkpoint
+
+        checkpoint = get_last_checkpoint(str(plan.run_dir))
     return Setup(
         hw,
         model,
@@ -66,7 +73,7 @@ def assemble(cfg: dict[str, Any], plan: RunPlan) -> Setup:
         eval_rows,
         reward_funcs,
         args,
-        checkpoint=last_checkpoint(plan),
+        checkpoint=Path(checkpoint) if checkpoint else None,
         resumed=plan.action == "resume",
         curriculum=curriculum,
     )
@@ -90,12 +97,10 @@ def get_datasets(cfg: dict[str, Any]):
     if cfg["dataset"]["curriculum"]["enabled"]:
         from grpo_recipes.train.curriculum import build_curriculum_datasets
 
-        taskset, train, eval_rows, curriculum = build_curriculum_datasets(cfg["dataset"], cfg["eval"])
-    else:
-        from grpo_recipes.train.data import build_datasets
+        return build_curriculum_datasets(cfg["dataset"], cfg["eval"])
+    from grpo_recipes.train.data import build_datasets
 
-        (taskset, train, eval_rows), curriculum = build_datasets(cfg["dataset"], cfg["eval"]), None
-    return taskset, train, eval_rows, curriculum
+    return (*build_datasets(cfg["dataset"], cfg["eval"]), None)
 
 
 def get_rewards(cfg: dict[str, Any], taskset, prefix: str, curriculum):
@@ -131,21 +136,3 @@ def get_training_args(cfg: dict[str, Any], hw: Hardware, weights: list[float], m
             setting["activation_checkpointing"],
         )
     return args
-
-
-def last_checkpoint(plan: RunPlan) -> Path | None:
-    if plan.action != "resume":
-        return None
-    from transformers.trainer_utils import get_last_checkpoint
-
-    found = get_last_checkpoint(str(plan.run_dir))
-    return Path(found) if found else None
-
-
-def configure_sandbox(settings: dict[str, Any]):
-    from rewards import sandbox
-
-    try:
-        return sandbox.configure(**settings)
-    except (TypeError, ValueError) as err:
-        raise ConfigError(str(err)) from None

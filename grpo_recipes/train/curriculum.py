@@ -1,8 +1,5 @@
-"""`dataset.curriculum` (README "Adaptive difficulty"): the train set is a Dataset of indices whose rows
-are drawn when TRL fetches them (`with_transform`), at that moment's levels (tasks/leveled.py); the fixed
-eval is the task config as written, plus `eval_per_level` problems per task and level (rows marked
-`eval_level`), none of which appear in training.
-"""
+"""`dataset.curriculum` (README "Adaptive difficulty"): train rows are drawn when TRL fetches them, at that
+moment's levels (tasks/leveled.py); the fixed eval adds `eval_per_level` problems per task and level."""
 
 from __future__ import annotations
 
@@ -32,8 +29,6 @@ class Curriculum:
 
 
 def build_curriculum_datasets(dataset_cfg: dict[str, Any], eval_cfg: dict[str, Any]):
-    """(TaskSet, train Dataset drawn on the fly, eval rows (the fixed set, then any per-level sets),
-    Curriculum)."""
     from datasets import Dataset
 
     taskset, system, shots, eval_rows = build_eval_set(dataset_cfg, eval_cfg)
@@ -72,10 +67,8 @@ def build_curriculum_datasets(dataset_cfg: dict[str, Any], eval_cfg: dict[str, A
 
 
 class CurriculumCallback(TrainerCallback, ExportableState):
-    """After each optimizer step, every rank's verdicts move the levels; the levels and windows are saved
-    in trainer_state.json (`ExportableState.state()`) and read back when a resumed run begins. Every rank
-    gathers all ranks' verdicts in rank order and runs the same update, so every rank draws the same
-    problem for the same index (a group's completions may be spread over ranks)."""
+    """After each step all ranks' verdicts move the levels (saved in trainer_state.json). Every rank runs the
+    same update on all ranks' verdicts, so all draw the same problem for an index (a group may span ranks)."""
 
     def __init__(self, curriculum: Curriculum):
         self.curriculum = curriculum

@@ -20,9 +20,8 @@ Shots = Sequence[tuple[str, str]]  # dataset.few_shot as (question, completion) 
 
 def system_prompt(dataset_cfg: dict[str, Any]) -> str | None:
     """The dataset's system prompt, else its prompt format's (None: no system message)."""
-    fmt = get_format(dataset_cfg["prompt_format"])
     override = dataset_cfg["system_prompt"]
-    return override if override is not None else fmt.system_prompt
+    return get_format(dataset_cfg["prompt_format"]).system_prompt if override is None else override
 
 
 def few_shot(dataset_cfg: dict[str, Any]) -> Shots:
@@ -62,25 +61,23 @@ def to_row(entry: dict[str, Any], system: str | None, shots: Shots = ()) -> dict
     }
 
 
-def build_eval_rows(
-    taskset: TaskSet, eval_cfg: dict[str, Any], system: str | None, shots: Shots = ()
-) -> list[dict[str, Any]]:
-    """`eval.size` problems per task, each task with its own seed offset."""
-    rows = []
+def build_eval_set(dataset_cfg: dict[str, Any], eval_cfg: dict[str, Any]):
+    """(TaskSet, system prompt, few-shot pairs, eval rows): the tasks as configured, and their fixed eval:
+    `eval.size` problems per task, each task with its own seed offset."""
+    taskset = TaskSet(dataset_cfg["tasks"], dataset_cfg["prompt_format"])
+    system, shots = system_prompt(dataset_cfg), few_shot(dataset_cfg)
+    eval_rows = []
     for i, name in enumerate(taskset.names):
-        single = TaskSet({name: taskset.spec[name]})
-        drawn = single.sample(int(eval_cfg["size"]), int(eval_cfg["seed"]) + i)
-        rows += [to_row(e, system, shots) for e in drawn]
-    return rows
+        drawn = TaskSet({name: taskset.spec[name]}).sample(int(eval_cfg["size"]), int(eval_cfg["seed"]) + i)
+        eval_rows += [to_row(e, system, shots) for e in drawn]
+    return taskset, system, shots, eval_rows
 
 
-def build_train_rows(
-    taskset: TaskSet,
-    dataset_cfg: dict[str, Any],
-    system: str | None,
-    eval_rows: list[dict[str, Any]],
-    shots: Shots = (),
-) -> list[dict[str, Any]]:
+def build_datasets(dataset_cfg: dict[str, Any], eval_cfg: dict[str, Any]):
+    """(TaskSet, train Dataset, eval rows); dataset.curriculum's: grpo_recipes/train/curriculum.py."""
+    from datasets import Dataset
+
+    taskset, system, shots, eval_rows = build_eval_set(dataset_cfg, eval_cfg)
     held_out = {r["question"] for r in eval_rows}
     entries = taskset.sample(
         int(dataset_cfg["train_size"]), int(dataset_cfg["seed"]), exclude_questions=held_out
@@ -90,20 +87,4 @@ def build_train_rows(
             "dataset: every train problem is also in the eval set; raise dataset.train_size "
             "or widen the task config"
         )
-    return [to_row(e, system, shots) for e in entries]
-
-
-def build_eval_set(dataset_cfg: dict[str, Any], eval_cfg: dict[str, Any]):
-    """(TaskSet, system prompt, few-shot pairs, eval rows): the tasks as configured, and their fixed eval."""
-    taskset = TaskSet(dataset_cfg["tasks"], dataset_cfg["prompt_format"])
-    system, shots = system_prompt(dataset_cfg), few_shot(dataset_cfg)
-    return taskset, system, shots, build_eval_rows(taskset, eval_cfg, system, shots)
-
-
-def build_datasets(dataset_cfg: dict[str, Any], eval_cfg: dict[str, Any]):
-    """(TaskSet, train Dataset, eval rows); dataset.curriculum's: grpo_recipes/train/curriculum.py."""
-    from datasets import Dataset
-
-    taskset, system, shots, eval_rows = build_eval_set(dataset_cfg, eval_cfg)
-    train_rows = build_train_rows(taskset, dataset_cfg, system, eval_rows, shots)
-    return taskset, Dataset.from_list(train_rows), eval_rows
+    return taskset, Dataset.from_list([to_row(e, system, shots) for e in entries]), eval_rows

@@ -1,8 +1,6 @@
-"""DAPO's dynamic sampling (`grpo.dynamic_sampling=true`, README "Evaluation and metrics"): each step draws
-further generation batches, seeded by (seed, step, draw) so every process and a resume draw the same,
-and keeps only groups whose rewards differ; at `dynamic_sampling_max_draws` zero-signal groups fill the
-batch. With `scale_rewards=batch` each draw's advantages keep the scale of the batch they were drawn in.
-"""
+"""DAPO's dynamic sampling (`grpo.dynamic_sampling=true`, README "Evaluation and metrics"): further batches,
+seeded by (seed, step, draw) so every process and a resume draw the same, until enough groups' rewards
+differ; at `dynamic_sampling_max_draws` zero-signal groups fill the batch."""
 
 from __future__ import annotations
 
@@ -29,7 +27,6 @@ def varied_groups(advantages: torch.Tensor, num_generations: int) -> torch.Tenso
 
 
 def merge_rows(rows: list[tuple[dict[str, Any], int]], pad_token_id: int) -> dict[str, Any]:
-    """Row `i` of draw output `out` for each (out, i), in order, as one output (pads widened to fit)."""
     merged: dict[str, Any] = {}
     for key in rows[0][0]:
         if key == "num_items_in_batch":
@@ -97,8 +94,7 @@ class DynamicSamplingTrainer(SamplingKLTrainer):
         return merged
 
     def _extra_batch(self, draw: int) -> list[dict[str, Any]] | None:
-        """This process's share of one more generation batch, as the train dataloader would give it; None
-        when the dataset holds fewer prompts than a batch. The main sampler's seed is the run seed."""
+        """This process's share of one more generation batch (None: fewer prompts than a batch)."""
         size = self.args.generation_batch_size
         sampler = RepeatSampler(
             data_source=self.train_dataset,

@@ -1,9 +1,6 @@
-"""Two speed-ups for GRPOTrainer where TRL's defaults are tuned for GPUs (benchmarks/RESULTS.md, targets
-1 and 2; the numbers stay the same up to bf16 rounding): generation under one autocast context, and
-completion log-probs from the model's own logits on devices without Triton (CPU). Both stand in for TRL
-internals, so `grpo.fast_paths: auto` installs them only on the TRL versions they were tested against
-and while the internals they rely on (TRL_INTERFACE) look as they did then (README "Speed and memory").
-"""
+"""Two CPU speed-ups for GRPOTrainer (benchmarks/RESULTS.md, targets 1 and 2): generation under one autocast
+context, and completion log-probs from the model's own logits. Both stand in for TRL internals, so
+`grpo.fast_paths: auto` installs them only on tested TRL versions whose TRL_INTERFACE is unchanged."""
 
 from __future__ import annotations
 
@@ -16,7 +13,6 @@ from grpo_recipes.models.hardware import host_memory_bytes, trim_heap
 
 log = logging.getLogger(__name__)
 
-# TRL versions the fast paths were written and tested against, and the internals they rely on there.
 TESTED_TRL = ("1.16.0",)
 TRL_INTERFACE = {
     "trl.trainer.utils.add_fused_lm_head": (
@@ -35,7 +31,6 @@ TRL_INTERFACE = {
 
 
 def trl_interface() -> dict[str, str]:
-    """The installed TRL's side of TRL_INTERFACE, spelled the same way."""
     import dataclasses
 
     from trl import GRPOTrainer
@@ -67,9 +62,8 @@ def direct_head_budget() -> int:
 
 
 def generate_with_cached_casts(model, accelerator) -> None:
-    """Run `model.generate` inside the accelerator's autocast context (a no-op without mixed precision):
-    leaving autocast, as accelerate does after each `forward`, empties its cache of bf16 weight copies,
-    so every decoding step cast all the weights again. On a CPU, then return the freed memory to the OS."""
+    """Run `model.generate` inside one autocast context: leaving autocast, as accelerate does after each
+    `forward`, empties its cache of bf16 weight copies, so every decoding step cast all the weights again."""
     generate = model.generate
     if getattr(generate, "_cached_casts", False):
         return
@@ -81,24 +75,23 @@ def generate_with_cached_casts(model, accelerator) -> None:
                 return generate(*args, **kwargs)
         finally:
             if accelerator.device.type == "cpu":
-                trim_heap()  # the weight copies and KV cache just freed
+                trim_heap()  # return the weight copies and KV cache just freed to the OS
 
     generate_in_autocast._cached_casts = True
     model.generate = generate_in_autocast
 
 
 def completion_logprob_head(model, temperature: float, max_logits: int | None = None) -> bool:
-    """Wrap a model already patched by TRL's `add_fused_lm_head`: a `fused_lm_head=True` call on a
-    CPU computes the same `FusedCausalLMOutput` (log-probs with gradient, entropy without) from the
-    completion positions' logits, in the autocast dtype. Without Triton TRL's head projects every
-    position, prompts included, and runs its backward in fp32 over [tokens, vocab] tiles. Any call this
-    does not cover goes to TRL's head unchanged. Returns False, changing nothing, without TRL's head."""
+    """Wrap a model patched by TRL's `add_fused_lm_head`: a `fused_lm_head=True` call on a CPU computes the
+    same `FusedCausalLMOutput` from the completion positions' logits only, in the autocast dtype (without
+    Triton TRL's head projects every position, prompts included, in fp32 tiles). Other calls go to TRL's
+    head unchanged. Returns False, changing nothing, without TRL's head."""
     import torch
     from trl.trainer.utils import FusedCausalLMOutput
 
     fused_forward = model.forward  # TRL's: the original forward when fused_lm_head is False
     if not _has_trl_head(fused_forward):
-        return False  # not patched by this TRL's add_fused_lm_head: leave the model as it is
+        return False
     max_logits = direct_head_budget() if max_logits is None else max_logits
 
     # The class's signature, as TRL keeps it: `generate` decides which inputs to pass (position_ids for
@@ -118,7 +111,6 @@ def completion_logprob_head(model, temperature: float, max_logits: int | None = 
         num_items = kwargs.pop("num_items_in_batch", None)
         kwargs.pop("logits_to_keep", None)  # the head decides which positions it needs
         kwargs["use_cache"] = False
-        # Logits for positions first..S-1; the last one predicts nothing.
         logits = fused_forward(logits_to_keep=keep + 1, **kwargs).logits[:, :-1]
         targets = labels[:, first + 1 :]
         mask = targets != -100
@@ -150,7 +142,7 @@ def _has_trl_head(forward) -> bool:
 
 
 def apply(trainer, mode: bool | str = "auto") -> str:
-    """Install the fast paths per `grpo.fast_paths`; returns what was installed, or why none (for the log)."""
+    """Install the fast paths per `grpo.fast_paths`; returns what was installed, or why none."""
     import trl
 
     if mode is False:
@@ -168,7 +160,6 @@ def apply(trainer, mode: bool | str = "auto") -> str:
 
 
 def install(trainer) -> list[str]:
-    """Install what fits this trainer's device and settings; returns what was installed."""
     installed = []
     generate_with_cached_casts(trainer.model, trainer.accelerator)
     if trainer.accelerator.mixed_precision != "no":

@@ -1,7 +1,5 @@
-"""A warning after `grpo.no_signal_warning` logged steps in a row in which every prompt group's completions
-got the same reward (TRL's `frac_reward_zero_std` = 1: no gradient), naming the likely cause from the
-step's metrics: too hard, too easy, cut off at `max_completion_length`, or a reward that cannot vary.
-"""
+"""A warning after `grpo.no_signal_warning` logged steps in a row with `frac_reward_zero_std` = 1 (no
+gradient), naming the likely cause from the step's metrics."""
 
 from __future__ import annotations
 
@@ -33,9 +31,7 @@ def likely_cause(logs: dict[str, float], max_completion_length: int | None) -> s
 class NoSignalWarning(TrainerCallback):
     def __init__(self, after_steps: int, max_completion_length: int | None):
         self.after = after_steps  # grpo.no_signal_warning (0: off)
-        self.max_completion_length = max_completion_length
-        self.streak = 0
-        self.warned = False
+        self.max_completion_length, self.streak, self.warned = max_completion_length, 0, False
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not self.after or not logs or "frac_reward_zero_std" not in logs:

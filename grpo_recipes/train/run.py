@@ -13,6 +13,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from grpo_common.errors import ConfigError
@@ -25,16 +26,12 @@ from grpo_recipes.train.trainer import Training, build_trainer, describe
 log = logging.getLogger("grpo_recipes")
 
 
-def is_main_process() -> bool:
-    return int(os.environ.get("RANK", "0")) == 0
-
-
 @contextlib.contextmanager
-def console(run_dir: Path | None):
+def console(run_dir: Path | None, main: bool):
     from grpo_recipes.outputs.logs import setup_console
 
     saved = sys.stdout, sys.stderr
-    setup_console(run_dir, main=is_main_process())
+    setup_console(run_dir, main=main)
     try:
         yield
     finally:
@@ -48,18 +45,20 @@ def train(cfg: DictConfig) -> float:
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
     container = OmegaConf.to_container(cfg, resolve=True)
     run_dir = Path(container["output_dir"])
-    main = is_main_process()
-    with console(None):
+    main = int(os.environ.get("RANK", "0")) == 0
+    with console(None, main):
         if not checked_here(container):  # a search's sampled values, a job launched elsewhere
             check_config(container)
         plan = resume.plan_run(run_dir, container["resume"], container["eval_only"], main)
         if plan.action == "finished":  # a sweep job (a single run stops before Hydra: preflight.py)
             resume.check_finished(run_dir, container["max_steps"])
             log.info(resume.finished_message(run_dir))
-            return finished_objective(run_dir, container["optimized_metric"])
+            from grpo_recipes.outputs.logs import load_evals  # its objective, from its last fixed eval
+
+            evals = load_evals(run_dir)
+            return float(evals[max(evals)]["metrics"][container["optimized_metric"]]) if evals else 0.0
         if plan.action == "resume" and main:
-            saved = resume.saved_config(run_dir)
-            if saved is not None:
+            if (saved := resume.saved_config(run_dir)) is not None:
                 resume.check_changes(run_dir, saved, container)
             resume.check_resume_point(run_dir, container["max_steps"])
         setup = assemble(container, plan)
@@ -67,33 +66,20 @@ def train(cfg: DictConfig) -> float:
     # Only now, with everything built, is anything written: a mistake found above leaves no trace.
     if main:
         run_dir.mkdir(parents=True, exist_ok=True)
-    with console(run_dir if main else None):
-        if main:
-            if not (run_dir / "config.yaml").exists():  # written once, when the run starts: what the run is
-                OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
-            _record_overrides(run_dir, resumed=plan.action == "resume")
+    with console(run_dir if main else None, main):
+        if main and not (run_dir / "config.yaml").exists():  # written once, when the run starts: what it is
+            OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
+        if main and HydraConfig.initialized():  # this job's overrides, a new entry of overrides.yaml
+            resume.record_overrides(run_dir, list(HydraConfig.get().overrides.task), plan.action == "resume")
         try:
             if trainer is None:
                 return eval_only(container, run_dir, setup)
             return _train(container, run_dir, setup, trainer)
-        finally:
-            _finish_trackers()
-
-
-def _finish_trackers() -> None:
-    """Close this job's wandb run: the next job of a multirun must start its own, not log into this one."""
-    wandb = sys.modules.get("wandb")
-    if wandb is not None and getattr(wandb, "run", None) is not None:
-        wandb.finish()
-        wandb.teardown()  # settings (WANDB_DIR) are cached per process; the next job reads them anew
-
-
-def _record_overrides(run_dir: Path, resumed: bool) -> None:
-    """This job's command-line overrides, as a new entry of overrides.yaml (sweep summaries, resumes)."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if HydraConfig.initialized():
-        resume.record_overrides(run_dir, list(HydraConfig.get().overrides.task), resumed)
+        finally:  # close this job's wandb run: the next job of a multirun must start its own
+            wandb = sys.modules.get("wandb")
+            if wandb is not None and getattr(wandb, "run", None) is not None:
+                wandb.finish()
+                wandb.teardown()  # settings (WANDB_DIR) are cached per process; the next job reads them anew
 
 
 def eval_only(cfg: dict[str, Any], run_dir: Path, s: Setup) -> float:
@@ -123,29 +109,15 @@ def eval_only(cfg: dict[str, Any], run_dir: Path, s: Setup) -> float:
     return float(metrics[cfg["optimized_metric"]])
 
 
-def finished_objective(run_dir: Path, metric: str) -> float:
-    """A finished run's objective, read back from its last fixed eval (a search that resumes)."""
-    from grpo_recipes.outputs.logs import load_evals
-
-    evals = load_evals(run_dir)
-    return float(evals[max(evals)]["metrics"][metric]) if evals else 0.0
-
-
 def _train(cfg: dict[str, Any], run_dir: Path, s: Setup, training: Training) -> float:
     from grpo_recipes.train import fast_paths
     from grpo_recipes.train.stopping import trim_metrics_after
 
     trainer, stop = training.trainer, training.stop
     describe(cfg, run_dir, s, trainer.accelerator)
-    if s.peft_config is not None:
-        log.info(
-            "LoRA r=%d alpha=%d on %s",
-            s.peft_config.r,
-            s.peft_config.lora_alpha,
-            sorted(s.peft_config.target_modules)
-            if not isinstance(s.peft_config.target_modules, str)
-            else s.peft_config.target_modules,
-        )
+    if (lora := s.peft_config) is not None:
+        targets = lora.target_modules if isinstance(lora.target_modules, str) else sorted(lora.target_modules)
+        log.info("LoRA r=%d alpha=%d on %s", lora.r, lora.lora_alpha, targets)
     log.info("Fast paths: %s", fast_paths.apply(trainer, s.args.fast_paths))
     if s.args.use_vllm:
         log.info("fixed eval generates with the trainer's vLLM engine (%s)", trainer.vllm_generation.mode)
@@ -156,10 +128,9 @@ def _train(cfg: dict[str, Any], run_dir: Path, s: Setup, training: Training) -> 
     )
     if s.resumed:  # from the last checkpoint, or from the start when the run stopped before its first
         step = int(s.checkpoint.name.split("-")[-1]) if s.checkpoint is not None else -1
-        dropped = (
-            trim_metrics_after(run_dir / "metrics.jsonl", step) if trainer.is_world_process_zero() else 0
-        )
-        if trainer.is_world_process_zero():  # the steps after the checkpoint are sampled again
+        dropped = 0
+        if trainer.is_world_process_zero():  # the steps after the checkpoint are logged and sampled again
+            dropped = trim_metrics_after(run_dir / "metrics.jsonl", step)
             trim_metrics_after(run_dir / "samples.jsonl", step)
         log.info(
             "Resuming from %s (%d metric lines after step %d dropped: they are logged again)",
@@ -198,16 +169,14 @@ def _train(cfg: dict[str, Any], run_dir: Path, s: Setup, training: Training) -> 
         s.tokenizer.save_pretrained(run_dir / "final-merged")
     history = training.evaluation.history
     first, last = min(history), max(history)
-    metrics = dict(result.metrics)
-    metrics.update(
-        {
-            "baseline_eval_accuracy": history[first]["accuracy"],
-            "final_eval_accuracy": history[last]["accuracy"],
-            "final_eval_step": last,
-            "optimized_metric": cfg["optimized_metric"],  # what a sweeper was given (sweep.py reads it back)
-            "objective": history[last][cfg["optimized_metric"]],
-        }
-    )
+    metrics = {
+        **result.metrics,
+        "baseline_eval_accuracy": history[first]["accuracy"],
+        "final_eval_accuracy": history[last]["accuracy"],
+        "final_eval_step": last,
+        "optimized_metric": cfg["optimized_metric"],  # what a sweeper was given (sweep.py reads it back)
+        "objective": history[last][cfg["optimized_metric"]],
+    }
     if trainer.is_world_process_zero():
         trainer.state.save_to_json(str(final / "trainer_state.json"))  # lets eval_only know the step
         trainer.save_metrics("train", metrics, combined=False)
@@ -228,8 +197,6 @@ def resume_command(cfg: dict[str, Any]) -> str:
     the config flags it was started with, and its directory, by run_name when that is where it lives."""
     import shlex
 
-    from hydra.core.hydra_config import HydraConfig
-
     args = []
     if HydraConfig.initialized():
         hydra = HydraConfig.get()
@@ -249,33 +216,24 @@ def resume_command(cfg: dict[str, Any]) -> str:
 
 
 class Interrupted(Exception):
-    """Training stopped on a signal after saving a checkpoint; carries the exit code."""
-
-    def __init__(self, exit_code: int):
-        super().__init__(exit_code)
-        self.exit_code = exit_code
+    """Training stopped on a signal after saving a checkpoint; args[0] is the exit code."""
 
 
 def run_from_hydra(cfg: DictConfig) -> float:
     try:
         return train(cfg)
     except ConfigError as err:
-        _remove_if_empty(cfg)
+        with contextlib.suppress(Exception):  # Hydra created the run dir: leave none behind, if empty
+            Path(cfg.output_dir).rmdir()
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
     except Interrupted as stop:
-        sys.exit(stop.exit_code)
+        sys.exit(stop.args[0])
     except KeyboardInterrupt:
         print(
             "interrupted: files written so far are kept; resume=true continues from the last checkpoint",
             file=sys.stderr,
         )
         sys.exit(130)
-
-
-def _remove_if_empty(cfg: DictConfig) -> None:
-    """Hydra creates the run dir before the job starts; leave no empty dir behind a config error."""
-    with contextlib.suppress(Exception):
-        Path(cfg.output_dir).rmdir()  # only succeeds when empty

@@ -1,8 +1,5 @@
-"""samples.jsonl (README "What the model wrote"): at step 1 and every `log_samples_every` steps, the first
-`log_samples_count` rollouts with each reward component, the answer read and whether they were cut off.
-Each reward function is wrapped (same `__name__`, so TRL's metric names do not change) to keep its
-scores next to the completions; TRL calls them one after another on the same batch.
-"""
+"""samples.jsonl (README "What the model wrote"): the first `log_samples_count` rollouts at step 1 and every
+`log_samples_every` steps, with each reward's score (the reward functions are wrapped to keep them)."""
 
 from __future__ import annotations
 
@@ -16,11 +13,10 @@ from typing import Any
 from transformers import TrainerCallback
 
 from grpo_recipes.outputs.logs import append_jsonl, read_jsonl
-from rewards.common import completion_text, entries
+from rewards.registry import completion_text, entries
 
 
 def wanted(step: int, every: int) -> bool:
-    """Step 1 (before the model has learned anything) and every `every` steps; 0: never."""
     return every > 0 and (step == 1 or step % every == 0)
 
 
@@ -33,13 +29,10 @@ def prompt_text(prompt: Any) -> str:
 
 
 class SampleRecorder(TrainerCallback):
-    """Wraps the reward functions (`wrap`) and, as a trainer callback, writes samples.jsonl."""
-
     def __init__(self, path, every, count, judge, max_completion_length, eos_token_ids, report_to):
         self.path, self.every, self.count = Path(path), every, count
         self.judge = judge  # TaskSet.judge(texts, rows) with the response prefix, as the rewards read
-        self.max_completion_length = max_completion_length
-        self.eos_token_ids = eos_token_ids
+        self.max_completion_length, self.eos_token_ids = max_completion_length, eos_token_ids
         self.report_to = report_to  # TRL's report_to: the table goes to wandb, trackio
         self.pending: dict[int, dict[str, Any]] = {}  # step -> the batch being recorded
 
@@ -84,13 +77,11 @@ class SampleRecorder(TrainerCallback):
                 row["rewards"][name] = None if score is None else float(score)
 
     def truncated(self, ids) -> bool | None:
-        """Cut off at max_completion_length: as long as allowed and not ended by an end-of-sequence token."""
         if ids is None:
             return None
         return len(ids) >= self.max_completion_length and (not len(ids) or ids[-1] not in self.eos_token_ids)
 
     def records(self, step: int) -> list[dict[str, Any]]:
-        """The step's rows, with the answer each completion gives as the rewards read it."""
         batch = self.pending.pop(step)
         rows = batch["rows"]
         judged = self.judge([r["completion"] for r in rows], batch["entries"]) if rows else []
@@ -119,7 +110,6 @@ class SampleRecorder(TrainerCallback):
 
 
 def read_samples(path: Path) -> dict[int, list[dict[str, Any]]]:
-    """samples.jsonl by step (a line cut by a crash is skipped)."""
     by_step: dict[int, list[dict[str, Any]]] = {}
     for row in read_jsonl(path):
         by_step.setdefault(int(row["step"]), []).append(row)

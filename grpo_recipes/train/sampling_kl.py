@@ -1,8 +1,6 @@
-"""The tinker recipe's sampler-vs-learner metrics on every training step (README "Evaluation and
-metrics"): `sampling/kl_sample_train_v1`/`v2` and `ac_tokens_per_turn`. Sampling log-probs are vLLM's
-(after temperature and top-k/p) or recorded while `generate` samples (TRL's transformers path returns
-none); training log-probs are TRL's `old_per_token_logps` when it computes them, else the loss pass's.
-"""
+"""The tinker recipe's sampler-vs-learner metrics (README "Evaluation and metrics"): sampling log-probs are
+vLLM's or recorded while `generate` samples (TRL's transformers path returns none); training log-probs are
+TRL's `old_per_token_logps` when it computes them, else the loss pass's."""
 
 from __future__ import annotations
 
@@ -24,8 +22,8 @@ SAMPLING_LOGPS = "recipe_sampling_logps"
 def sample_train_sums(
     sampling: torch.Tensor, training: torch.Tensor, loss_mask: torch.Tensor
 ) -> torch.Tensor:
-    """[sum diff, sum diff^2, scored tokens, sampled tokens, completions] of one micro-batch, to be summed
-    over processes before dividing (sample_train_metrics)."""
+    """[sum diff, sum diff^2, scored tokens, sampled tokens, completions], summed over processes before
+    dividing (sample_train_metrics)."""
     sampled = ~torch.isnan(sampling)
     scored = sampled & loss_mask.bool()
     diff = torch.where(scored, sampling - training.float(), torch.zeros_like(sampling))
@@ -72,10 +70,9 @@ def sampling_warpers(config, fallback=None) -> lp.LogitsProcessorList | None:
 
 
 class ChosenTokenLogprobs(lp.LogitsProcessor):
-    """Observes generate: records log p(chosen token) under the warped distribution and returns the scores
-    untouched. A logits processor passed to `generate` runs before its sampling warpers, so this one
-    applies the same warpers to a copy of the scores, one step's: never the [steps, batch, vocab] tensor
-    that `output_scores=True` would hold. Each call sees the previous step's token as the last input id."""
+    """Records log p(chosen token) under the warped distribution, scores untouched. A logits processor runs
+    before generate's warpers, so this one applies them to a copy of one step's scores (never the [steps,
+    batch, vocab] of `output_scores=True`). Each call sees the previous step's token as the last input id."""
 
     def __init__(self, warpers: lp.LogitsProcessorList):
         self.warpers = warpers
@@ -107,8 +104,8 @@ class ChosenTokenLogprobs(lp.LogitsProcessor):
 
 
 class SamplingKLTrainer(GRPOTrainer):
-    """GRPOTrainer that logs the sampler-vs-learner KL. TRL has no public hook on the generated batch or
-    the loss pass's log-probs, so the methods that produce them are extended (each calls TRL's first)."""
+    """TRL has no public hook on the generated batch or the loss pass's log-probs, so the methods that produce
+    them are extended (each calls TRL's first)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -194,8 +191,6 @@ class SamplingKLTrainer(GRPOTrainer):
 
 
 def trainer_class(grpo: dict[str, Any]):
-    """The trainer build_trainer uses; the dynamic-sampling one (imported only then) with
-    `grpo.dynamic_sampling` on."""
     if not grpo["dynamic_sampling"]:
         return SamplingKLTrainer
     from grpo_recipes.train.dynamic_sampling import DynamicSamplingTrainer

@@ -1,8 +1,6 @@
-"""Clean stops (README "Stopping and resuming"): the first SIGTERM or Ctrl-C finishes the step, saves
-a checkpoint and exits 143 / 130; a second stops at once. The ranks agree after every step (one all-reduce
-of the signal number), so all stop after the same step and the checkpoint save, a collective under
-DeepSpeed and FSDP, cannot hang. On resume, metrics.jsonl lines after the checkpoint are dropped.
-"""
+"""Clean stops (README "Stopping and resuming"). The ranks agree after every step (one all-reduce of the
+signal number), so all stop after the same step and the checkpoint save, a collective under DeepSpeed and
+FSDP, cannot hang."""
 
 from __future__ import annotations
 
@@ -19,8 +17,6 @@ log = logging.getLogger(__name__)
 
 
 class GracefulStop(TrainerCallback):
-    """Turns the first SIGTERM/SIGINT into 'save a checkpoint after this step, then stop'."""
-
     def __init__(self, accelerator):
         self.accelerator = accelerator  # the trainer's: the ranks agree on a stop through it
         self.signum: int | None = None  # the signal this process received

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from grpo_common.errors import ConfigError
 from grpo_recipes.train.assemble import Setup
@@ -57,8 +56,7 @@ def describe(cfg: dict[str, Any], run_dir: Path, s: Setup, accelerator) -> None:
     )
 
 
-@dataclass(frozen=True)
-class Training:
+class Training(NamedTuple):
     """The trainer and the callbacks the run reads back from."""
 
     trainer: Any
@@ -73,12 +71,22 @@ def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
 
     from grpo_recipes.config.trainer_args import name_the_key
     from grpo_recipes.evaluation.callback import FixedEvalCallback
+    from grpo_recipes.evaluation.generation import VLLMGenerator, end_ids
     from grpo_recipes.outputs.logs import ConciseProgressCallback, MetricsFileCallback
     from grpo_recipes.train.no_signal import NoSignalWarning
+    from grpo_recipes.train.samples import SampleRecorder
     from grpo_recipes.train.sampling_kl import trainer_class
     from grpo_recipes.train.stopping import GracefulStop
 
-    samples = sample_recorder(cfg, run_dir, s)
+    samples = SampleRecorder(  # samples.jsonl: answers read as the rewards read them (prefix + completion)
+        run_dir / "samples.jsonl",
+        every=cfg["log_samples_every"],
+        count=cfg["log_samples_count"],
+        judge=lambda texts, rows: s.taskset.judge([s.response_prefix + t for t in texts], rows),
+        max_completion_length=s.args.max_completion_length,
+        eos_token_ids=end_ids(s.model, s.tokenizer),  # as the fixed eval reads completions
+        report_to=s.args.report_to,
+    )
     try:
         trainer = trainer_class(cfg["grpo"])(
             model=s.model,
@@ -105,7 +113,10 @@ def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
             trainer.args, state, TrainerControl(), logs
         ),
         skip_final_eval=lambda: stop.requested,  # a stop on a signal: the resumed run evaluates instead
-        vllm_generator=vllm_generator(trainer, s) if s.args.use_vllm else None,
+        # the fixed eval generates through the trainer's own vLLM engine (colocate or server) when it has one
+        vllm_generator=(lambda model: VLLMGenerator(trainer.vllm_generation, s.tokenizer, model))
+        if s.args.use_vllm
+        else None,
     )
     if s.curriculum is not None:
         from grpo_recipes.train.curriculum import CurriculumCallback
@@ -123,27 +134,3 @@ def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
 
         trainer.add_callback(CompleteShardedCheckpoints())
     return Training(trainer, evaluation, stop)
-
-
-def vllm_generator(trainer, s: Setup):
-    """The fixed eval generates through the trainer's own vLLM engine (colocate or server) when it has one."""
-    from grpo_recipes.evaluation.generation import VLLMGenerator
-
-    return lambda model: VLLMGenerator(trainer.vllm_generation, s.tokenizer, model)
-
-
-def sample_recorder(cfg: dict[str, Any], run_dir: Path, s: Setup):
-    """samples.jsonl (samples.py): answers read as the rewards read them (prefix + completion)."""
-    from grpo_recipes.evaluation.generation import end_ids
-    from grpo_recipes.train.samples import SampleRecorder
-
-    prefix = s.response_prefix
-    return SampleRecorder(
-        run_dir / "samples.jsonl",
-        every=cfg["log_samples_every"],
-        count=cfg["log_samples_count"],
-        judge=lambda texts, rows: s.taskset.judge([prefix + t for t in texts], rows),
-        max_completion_length=s.args.max_completion_length,
-        eos_token_ids=end_ids(s.model, s.tokenizer),  # as the fixed eval reads completions
-        report_to=s.args.report_to,
-    )

@@ -5,9 +5,8 @@ study that resumes (prepare_study in grpo_recipes/outputs/sweep.py). Without hyd
 try:
     from hydra_plugins.hydra_optuna_sweeper.optuna_sweeper import OptunaSweeper
 except ImportError:  # the optional extra is not installed: hparams_search= says so (preflight.py)
-    OptunaSweeper = None
-
-if OptunaSweeper is not None:
+    pass
+else:
 
     class ResumableOptunaSweeper(OptunaSweeper):
         def sweep(self, arguments):

@@ -1,6 +1,6 @@
 """The sandbox for model-written code: `Executor().run([Program(source), ...])` (executor.py). One executor
-is shared by the code tasks' verifiers and the code reward, so the `sandbox` config group sets its limits
-once (`configure`); checking and storing them imports none of the machinery, which a run without code never
+is shared by the code tasks' verifiers and the code reward, its limits set once from the `sandbox` config
+group (`configure`); checking and storing them imports none of the machinery, which a run without code never
 loads."""
 
 from __future__ import annotations

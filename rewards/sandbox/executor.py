@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rewards.sandbox import check_settings
-from rewards.sandbox.guard import GUARD
 
 LAUNCHER = Path(__file__).with_name("launcher.py")
 # Readable by every program: system directories and what of /etc an interpreter needs (not all of it:
@@ -30,6 +29,61 @@ SYSTEM_PATHS += ["/dev/random", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.
 SYSTEM_PATHS += ["/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/etc/alternatives", "/etc/mime.types"]
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
 ENV |= {"PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+# Prepended to every Python program: an audit hook (which Python code cannot remove) refusing new processes,
+# signals, sockets, ctypes and writes outside the working directory; defence in depth, not the wall (an
+# in-process guard can be got around: the launcher's OS limits come first where the kernel has them).
+GUARD = r"""
+def _sandbox_guard():
+    import os, sys
+    root = os.path.realpath(os.getcwd())
+    blocked = {
+        "os.fork", "os.forkpty", "os.kill", "os.killpg", "os.system", "os.exec", "os.spawn",
+        "os.posix_spawn", "os.startfile", "subprocess.Popen", "pty.spawn", "socket.__new__",
+        "socket.connect", "socket.bind", "socket.getaddrinfo", "socket.sendto", "ctypes.dlopen",
+        "ctypes.dlsym", "ctypes.addressof", "ctypes.cdata", "os.setuid", "resource.setrlimit",
+        "sys.remote_exec", "signal.pthread_kill", "sys._current_frames", "sys.settrace", "sys.setprofile",
+        "gc.get_objects", "gc.get_referrers", "gc.get_referents", "object.__getattr__",
+    }
+    # Frames would let a program read the test harness's locals. Refused with an error that is also
+    # a ValueError, which the stdlib's optional frame lookups (namedtuple, typing, enum) tolerate.
+    class SandboxDenied(PermissionError, ValueError):
+        pass
+    blocked_imports = {"_posixsubprocess", "_ctypes", "_socket", "_multiprocessing", "_xxsubinterpreters"}
+    path_events = {"os.remove", "os.rename", "os.rmdir", "os.mkdir", "shutil.rmtree", "os.chmod",
+                   "os.chown", "os.link", "os.symlink", "os.truncate", "os.utime", "shutil.move"}
+    write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+
+    def inside(path):
+        if isinstance(path, int):
+            return True
+        try:
+            real = os.path.realpath(os.fsdecode(path))
+        except Exception:
+            return False
+        return real == root or real.startswith(root + os.sep) or real == "/dev/null"
+
+    def hook(event, args):
+        if event in blocked or event == "sys._getframe":
+            raise SandboxDenied("sandbox: " + event + " is not allowed")
+        if event == "import" and args and args[0] in blocked_imports:
+            raise SandboxDenied("sandbox: importing " + str(args[0]) + " is not allowed")
+        if event == "open":
+            path, mode, flags = (tuple(args) + (None, None, None))[:3]
+            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+                isinstance(flags, int) and flags & write_flags)
+            if writing and not inside(path):
+                raise PermissionError("sandbox: writing outside the working directory is not allowed")
+        elif event in path_events:
+            if not all(inside(a) for a in args[:2] if isinstance(a, (str, bytes, os.PathLike))):
+                raise PermissionError("sandbox: " + event + " outside the working directory is not allowed")
+
+    sys.addaudithook(hook)
+
+
+_sandbox_guard()
+del _sandbox_guard
+"""
 
 # {file} is the program's path, {python} this interpreter. `preamble` is prepended to the source;
 # `epilogue` (non-Python code tests) echoes stdin's first line after a test, proving the test ran.
@@ -235,7 +289,6 @@ def user_tasks() -> int:
 
 
 def read_capped(path: Path, limit: int) -> str:
-    """The first `limit` bytes of a file as text."""
     try:
         with open(path, "rb") as f:
             return f.read(limit).decode("utf-8", "replace")

@@ -1,12 +1,8 @@
-"""Confine one untrusted program, then exec it. Run as a script: stdlib only, single-threaded.
-
-    python -I -S launcher.py '<json limits>' -- <command> [args...]
-
-Each layer (namespaces, rlimits, Landlock, no capabilities as root: README, The code sandbox) is applied
-where the OS allows it, so a machine without one still gets the others. The launcher stays outside the
-PID namespace as the program's parent: a program that kills its parent kills only the launcher, and the
-executor then kills the whole process group.
-"""
+"""Confine one untrusted program, then exec it: `python -I -S launcher.py '<json limits>' -- <command> ...`
+(stdlib only, single-threaded). Each layer (namespaces, rlimits, Landlock, no capabilities as root: README,
+The code sandbox) applies where the OS allows it, so a machine without one still gets the others. The launcher
+stays outside the PID namespace as the program's parent: a program that kills its parent kills only the
+launcher, and the executor then kills the whole process group."""
 
 from __future__ import annotations
 
@@ -27,6 +23,7 @@ PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_SECUREBITS, PR_SET_NO_NEW_PRIVS = 1, 2
 SECUREBITS_NO_ROOT = 0xEF  # noroot, no_setuid_fixup, keep_caps_locked, no_cap_ambient_raise, all locked
 SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_ADD_RULE, SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
 LANDLOCK_RULE_PATH_BENEATH = 1
+HIDDEN = ("/tmp", "/run", "/dev/shm", "/var/tmp")  # emptied in a private mount namespace
 
 # Landlock filesystem rights (and the ABI that introduced them).
 FS_EXECUTE, FS_WRITE_FILE, FS_READ_FILE, FS_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
@@ -39,20 +36,16 @@ NET_BIND_TCP, NET_CONNECT_TCP, SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1, 2, 
 libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 
 
-def _unshare(flags: int) -> bool:
-    return libc.unshare(flags) == 0
-
-
 def enter_namespaces() -> list[str]:
     """New network + PID namespaces where allowed; returns the ones entered."""
     if os.geteuid() == 0:
-        if _unshare(CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWNS):
+        if libc.unshare(CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWNS) == 0:
             return ["net", "pid", "ipc", "mount"]
-        if _unshare(CLONE_NEWNET | CLONE_NEWPID):
+        if libc.unshare(CLONE_NEWNET | CLONE_NEWPID) == 0:
             return ["net", "pid"]
-        return ["net"] if _unshare(CLONE_NEWNET) else []
+        return ["net"] if libc.unshare(CLONE_NEWNET) == 0 else []
     uid, gid = os.geteuid(), os.getegid()
-    if not _unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWPID):
+    if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWPID) != 0:
         return []
     try:  # map ourselves to ourselves so file ownership still makes sense inside
         maps = {"setgroups": "deny", "uid_map": f"{uid} {uid} 1", "gid_map": f"{gid} {gid} 1"}
@@ -67,9 +60,6 @@ def enter_namespaces() -> list[str]:
 def _mount(source, target: str, fstype, flags: int, data) -> bool:
     enc = lambda v: v.encode() if isinstance(v, str) else v
     return libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)) == 0
-
-
-HIDDEN = ("/tmp", "/run", "/dev/shm", "/var/tmp")
 
 
 def private_filesystem(limits: dict) -> bool:
