@@ -62,9 +62,7 @@ def main() -> None:
     print(
         f"{len(rows)} problems, greedy, max {max_new} new tokens, eval batch size {cfg['eval']['batch_size']}"
     )
-    t_batched, all_b, result_b = timed(
-        lambda: [c for c, _, _ in batched.generate(model, indices)], args.repeat
-    )
+    t_batched, all_b, result_b = timed(lambda: [c for c, *_ in batched.generate(model, indices)], args.repeat)
     t_single, all_s, result_s = timed(one_at_a_time, args.repeat)
     same = sum(a == b for a, b in zip(result_b, result_s))
     print(f"batched fixed eval:      {t_batched:7.2f} s  (runs: {', '.join(f'{t:.2f}' for t in all_b)})")

@@ -105,13 +105,10 @@ def _named(fn: Callable, name: str, ctx: RewardContext) -> Callable:
     """`fn` under its YAML name, reading each completion as the whole reply (`ctx.response_prefix`, set once
     the tokenizer is loaded, + the completion)."""
 
-    def reward(*args, **kwargs):
-        prefix = ctx.response_prefix
-        if prefix and "completions" in kwargs:
+    def reward(**kwargs):  # as TRL calls every reward: prompts=, completions=, completion_ids=, columns
+        if prefix := ctx.response_prefix:
             kwargs["completions"] = [with_prefix(c, prefix) for c in kwargs["completions"]]
-        elif prefix and len(args) >= 2:
-            args = (args[0], [with_prefix(c, prefix) for c in args[1]], *args[2:])
-        return fn(*args, **kwargs)
+        return fn(**kwargs)
 
     reward.__name__ = reward.__qualname__ = name
     return reward

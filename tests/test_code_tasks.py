@@ -136,7 +136,9 @@ def test_code_tests_reward_fraction_plus_perfect_bonus():
         [{"role": "assistant", "content": f"```python\n{row['answer']}```"}],  # chat form
     ]
     logged = {}
-    out = reward([None] * 4, completions, **_columns([row] * 4), log_metric=logged.__setitem__)
+    out = reward(
+        prompts=[None] * 4, completions=completions, **_columns([row] * 4), log_metric=logged.__setitem__
+    )
     assert out[0] == pytest.approx(1.5) and out[3] == pytest.approx(1.5)
     # train stats: half of the completions pass every test; the group's rewards and programs differ
     assert logged == {
@@ -151,9 +153,8 @@ def test_code_tests_reward_fraction_plus_perfect_bonus():
 def test_code_tests_reward_is_none_for_non_code_rows_and_validates_options():
     reward, rows = _reward({"code_tests": {}})
     arithmetic = to_row(TaskSet({"basic_arithmetic": {}}).sample(1, seed=0)[0], None)
-    out = reward(
-        [None] * 2, [f"```python\n{rows[0]['answer']}```", "[ANSWER] 3"], **_columns([rows[0], arithmetic])
-    )
+    completions = [f"```python\n{rows[0]['answer']}```", "[ANSWER] 3"]
+    out = reward(prompts=[None] * 2, completions=completions, **_columns([rows[0], arithmetic]))
     assert out == [2.0, None]
     with pytest.raises(ConfigError, match="dataset.rewards.code_tests.base_weight must be a number"):
         _reward({"code_tests": {"base_weight": "x"}})
@@ -180,7 +181,7 @@ def test_one_verification_per_completion_shared_by_rewards_and_the_eval(monkeypa
     real = tasks.code.run_suites
     monkeypatch.setattr(tasks.code, "run_suites", lambda *a, **k: runs.append(len(a[0])) or real(*a, **k))
     completions = [f"```python\n{row['answer']}```", "```python\ndef f(x):\n    return 0\n```"] * 2
-    assert [f([None] * 4, completions, **_columns([row] * 4)) for f in funcs] == [
+    assert [f(prompts=[None] * 4, completions=completions, **_columns([row] * 4)) for f in funcs] == [
         [2.0, 0.0] * 2,
         [1.0, 0.0] * 2,
     ]

@@ -152,9 +152,11 @@ def test_any_generator_feeds_the_same_eval_contract(tiny):
     scripted = Scripted([finished], eos)
     out = ev.generate(scripted, [0, 1, 2])
     assert scripted.calls == [(3, 1, None, 6)]  # greedy: temperature None
-    assert out == [(tokenizer.decode(text, skip_special_tokens=True), len(text) + 1, False)] * 3
+    assert out == [(tokenizer.decode(text, skip_special_tokens=True), len(text) + 1, False, [*text, eos])] * 3
     cut = Scripted([text[:3]], eos)  # no EOS: cut at the length limit
-    assert ev.generate(cut, [0]) == [(tokenizer.decode(text[:3], skip_special_tokens=True), 3, True)]
+    assert ev.generate(cut, [0]) == [
+        (tokenizer.decode(text[:3], skip_special_tokens=True), 3, True, text[:3])
+    ]
 
 
 def test_hf_generator_matches_transformers_generate_bit_for_bit(tiny):

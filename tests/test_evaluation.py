@@ -93,7 +93,7 @@ def test_batched_greedy_generation_equals_one_at_a_time(tiny):
     indices = list(range(len(rows)))
     a, b = batched.generate(model, indices), single.generate(model, indices)
     assert [x[0] for x in a] == [x[0] for x in b]
-    assert all(1 <= length <= 12 for _, length, _ in a)
+    assert all(1 <= length <= 12 and len(ids) == length for _, length, _, ids in a)
 
 
 def test_score_uses_the_extraction_chain_and_the_verifier(tiny):
@@ -101,7 +101,8 @@ def test_score_uses_the_extraction_chain_and_the_verifier(tiny):
     taskset, rows = eval_rows()
     ev = evaluator(rows, taskset, tokenizer, max_new_tokens=8)
     good, bad = ev.score_batch(
-        [0, 0], [(f"work\n[ANSWER] {rows[0]['answer']}", 5, False), ("the answer is -1", 5, True)]
+        [0, 0],
+        [(f"work\n[ANSWER] {rows[0]['answer']}", 5, False, [1] * 5), ("the answer is -1", 5, True, [1] * 5)],
     )
     assert good["correct"] and good["score"] == 1.0 and good["rule"] == "tag" and good["format_ok"]
     assert (
@@ -120,12 +121,12 @@ def test_eval_reward_is_the_weighted_training_reward(tiny):
     ev = evaluator(rows, taskset, tokenizer, max_new_tokens=8, rewards=zip(funcs, weights))
     right = f"[ANSWER] {rows[0]['answer']}"
     wrong_unformatted = "no idea"
-    records = ev.score_batch([0, 1], [(right, 5, False), (wrong_unformatted, 3, False)])
+    records = ev.score_batch([0, 1], [(right, 5, False, [1] * 5), (wrong_unformatted, 3, False, [1] * 3)])
     assert [r["reward"] for r in records] == pytest.approx([1.0, -0.1])
     assert summarize(records, "plain")["reward"] == pytest.approx(0.45)
     # without rewards the key is absent, not zero
     plain = evaluator(rows, taskset, tokenizer, max_new_tokens=8)
-    assert "reward" not in summarize(plain.score_batch([0], [(right, 5, False)]), "plain")
+    assert "reward" not in summarize(plain.score_batch([0], [(right, 5, False, [1] * 5)]), "plain")
 
 
 @pytest.fixture(scope="module")
@@ -180,7 +181,7 @@ def test_step_zero_eval_is_the_untrained_model(tiny_run, tiny):
     ev = evaluator(rows, taskset, tokenizer, max_new_tokens=8)
     # the run trains (and evaluates) under bf16 autocast where the CPU has native bf16
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=detect_hardware().bf16):
-        expected = [c for c, _, _ in ev.generate(untrained, list(range(len(rows))))]
+        expected = [c for c, *_ in ev.generate(untrained, list(range(len(rows))))]
     step0 = json.loads((out / "eval_results" / "eval_step_0.json").read_text())
     assert [e["completion"] for e in step0["examples"]] == expected
 

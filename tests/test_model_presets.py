@@ -114,6 +114,8 @@ def test_when_the_hub_cannot_be_reached_loading_says_what_to_do(monkeypatch):
         raise OSError("We couldn't connect to 'https://huggingface.co' to load the files\nmore")
 
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", unreachable)
+    # online but unreachable, whatever the caller's environment says (HF_HUB_OFFLINE=1 is read at import)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
     with pytest.raises(ConfigError) as err:
         load_model_and_tokenizer(composed("llama3_2_1b")["model"], on_gpu=False)
     message = str(err.value)

@@ -120,7 +120,9 @@ def test_a_new_format_reaches_the_eval_json_and_the_report(boxed, tiny, tmp_path
     monkeypatch.setattr(
         ev,
         "generate",
-        lambda model, indices, sampled=False, progress=False: [(written[i], 5, False) for i in indices],
+        lambda model, indices, sampled=False, progress=False: [
+            (written[i], 5, False, [1] * 5) for i in indices
+        ],
     )
     accelerator = SimpleNamespace(process_index=0, num_processes=1, is_main_process=True)
     metrics, examples = ev.run(None, accelerator, step=0, out_dir=tmp_path / "eval_results")

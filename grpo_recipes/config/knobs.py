@@ -31,6 +31,7 @@ from grpo_recipes.config.values import (
     Float,
     Int,
     Value,
+    show,
 )
 
 OPT_BOOL = Value("bool", optional=True)
@@ -272,3 +273,15 @@ def register() -> None:
     store.store(group="dataset", name="base", node=defaults(Dataset))  # your dataset files: [base@_here_]
     for group, cls in (("eval", Eval), ("sandbox", Sandbox), ("grpo", GRPO)):
         store.store(group=group, name="default", node=defaults(cls))
+
+
+def knob_table() -> str:
+    """The README's config table: every declared knob, its default, what it accepts, and its doc."""
+    rows = ["| knob | default | accepts | resume may change | what it does |", "|---|---|---|---|---|"]
+    for key, f in KNOBS.items():
+        value = f.default_factory() if f.default is dataclasses.MISSING else f.default
+        shown = "TRL's" if value is TRL_DEFAULT else f"`{show(value)}`"
+        accepts = f.metadata["accepts"].describe().replace("|", "\\|")
+        resume = "yes" if f.metadata["resume"] else ""
+        rows.append(f"| `{key}` | {shown} | {accepts} | {resume} | {f.metadata['doc'].replace('|', '/')} |")
+    return "\n".join(rows)

@@ -127,11 +127,12 @@ class FixedEvaluator:
         decoded = [[self._decode(ids, eos_ids) for ids in group] for group in completions]
         return decoded if sampled else [group[0] for group in decoded]
 
-    def _decode(self, ids: list[int], eos_ids: set[int]) -> tuple[str, int, bool]:
+    def _decode(self, ids: list[int], eos_ids: set[int]) -> tuple[str, int, bool, list[int]]:
+        """(text, length, cut off at the limit, the completion's token ids up to its end)."""
         end = next((j + 1 for j, t in enumerate(ids) if t in eos_ids), None)  # None: cut off at the limit
         length = end or len(ids)
         text = self.tokenizer.decode(ids[:length], skip_special_tokens=True)
-        return self.response_prefix + text, length, end is None
+        return self.response_prefix + text, length, end is None, list(ids[:length])
 
     def score_batch(self, indices: list[int], greedy: list[tuple], samples: list | None = None) -> list[dict]:
         """Score a shard in one go: code tasks run all their programs in parallel."""
@@ -146,7 +147,7 @@ class FixedEvaluator:
         for (k, _), (_, score) in zip(flat, sample_scores):
             correct_counts[k] += score >= 1.0
         out, is_formatted = [], self.format.is_formatted
-        for k, (index, row, (completion, length, truncated), (extraction, score)) in enumerate(
+        for k, (index, row, (completion, length, truncated, _), (extraction, score)) in enumerate(
             zip(indices, rows, greedy, judged)
         ):
             record = {"index": index, **{key: row[key] for key in ("task", "question", "answer")}}
@@ -160,11 +161,15 @@ class FixedEvaluator:
                 record["samples_correct"] = correct_counts[k]
             out.append(record)
         if self.rewards:
-            for record, total in zip(out, self.reward_of(rows, [g[0] for g in greedy])):
+            for record, total in zip(
+                out, self.reward_of(rows, [g[0] for g in greedy], [g[3] for g in greedy])
+            ):
                 record["reward"] = total
         return out
 
-    def reward_of(self, rows: list[dict], completions: list[str]) -> list[float]:
+    def reward_of(
+        self, rows: list[dict], completions: list[str], completion_ids: list[list[int]]
+    ) -> list[float]:
         """The weighted sum of the training rewards, called as TRL calls them (without `log_metric`, so
         nothing is logged as training statistics)."""
         raw = [c[len(self.response_prefix) :] for c in completions]  # the rewards add the prefix themselves
@@ -176,6 +181,7 @@ class FixedEvaluator:
             values = fn(
                 prompts=[r["prompt"] for r in rows],
                 completions=[[{"role": "assistant", "content": c}] for c in raw],
+                completion_ids=completion_ids,
                 **columns,
             )
             totals = [t + weight * (0.0 if v is None else float(v)) for t, v in zip(totals, values)]

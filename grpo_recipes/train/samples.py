@@ -40,7 +40,8 @@ class SampleRecorder(TrainerCallback):
         def wrapped(fn: Callable) -> Callable:
             @functools.wraps(fn)  # TRL names the reward's metrics by __name__
             def reward(prompts, completions, completion_ids=None, **kwargs):
-                scores = fn(prompts, completions, completion_ids=completion_ids, **kwargs)
+                # as TRL calls every reward: by keyword (a reward written as TRL's docs show runs unchanged)
+                scores = fn(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs)
                 self._keep(fn.__name__, scores, prompts, completions, completion_ids, kwargs)
                 return scores
 
