@@ -1,8 +1,6 @@
 """Dynamic sampling: further draws until the batch holds only groups whose rewards differ (or the cap),
 the usual tensor shapes, and the counts in the trainer's metrics."""
 
-import functools
-
 import pytest
 import torch
 
@@ -34,7 +32,7 @@ class GroupReward:
 def ds_trainer(tmp_path, prompts, max_draws):
     reward = GroupReward()
     trainer = tiny_trainer(
-        DynamicSamplingTrainer, tmp_path, prompts, reward, trainer_kwargs={"max_draws": max_draws}
+        DynamicSamplingTrainer, tmp_path, prompts, reward, dynamic_sampling_max_draws=max_draws
     )
     return trainer, reward
 
@@ -126,11 +124,13 @@ def test_varied_groups_reads_equal_advantages_as_no_signal():
 
 
 def test_the_switch_off_is_the_trainer_without_dynamic_sampling():
-    assert trainer_class({"dynamic_sampling": False, "dynamic_sampling_max_draws": 4}) is SamplingKLTrainer
-    assert trainer_class(declared("grpo")) is SamplingKLTrainer  # the declared default: off
-    chosen = trainer_class({"dynamic_sampling": True, "dynamic_sampling_max_draws": 6})
-    assert isinstance(chosen, functools.partial) and chosen.func is DynamicSamplingTrainer
-    assert chosen.keywords == {"max_draws": 6}
+    from types import SimpleNamespace
+
+    assert trainer_class(SimpleNamespace(dynamic_sampling=False)) is SamplingKLTrainer
+    assert (
+        trainer_class(SimpleNamespace(**declared("grpo"))) is SamplingKLTrainer
+    )  # the declared default: off
+    assert trainer_class(SimpleNamespace(dynamic_sampling=True)) is DynamicSamplingTrainer
 
 
 @pytest.mark.slow

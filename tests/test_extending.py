@@ -53,11 +53,10 @@ def project(tmp_path_factory) -> Path:
 
 
 def run(project: Path, command: str) -> subprocess.CompletedProcess:
-    args = command.split("#", 1)[0].split()
+    args = [a.strip("'") for a in re.findall(r"'[^']*'|\S+", command.split("  #", 1)[0])]
     assert args[:2] == ["python", "train_grpo.py"], command
-    args = [a.strip("'") for a in re.findall(r"'[^']*'|\S+", command.split("  #", 1)[0])][2:]
     return subprocess.run(
-        [sys.executable, "train_grpo.py", *args], cwd=project, capture_output=True, text=True, timeout=600
+        [sys.executable, "train_grpo.py", *args[2:]], cwd=project, capture_output=True, text=True, timeout=600
     )
 
 

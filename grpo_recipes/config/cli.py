@@ -13,9 +13,8 @@ from pathlib import Path
 
 from grpo_recipes.config.knobs import GROUPS, OPEN_GROUPS, SCHEMA
 
-# Open mappings: any GRPOConfig field, any task, any reward may be named on the command line,
-# not only those already in the YAML. `key=value` becomes Hydra's add-or-override `++key=value`,
-# and the recipe's own validation names a bad key (with close matches) instead of Hydra's struct error.
+# Open mappings: any GRPOConfig field, task or reward may be named, not only those in the YAML: `key=value`
+# becomes `++key=value`, and the recipe's check names a bad key (close matches) instead of Hydra's error.
 OPEN_PREFIXES = ("grpo.", "dataset.tasks.", "dataset.rewards.", "sandbox.")
 
 
@@ -37,7 +36,7 @@ def rewrite_argv(argv: list[str], config_dir: Path) -> list[str]:
     ours = (
         {k for k in SCHEMA if "." not in k}
         | {p.name for p in config_dir.iterdir() if p.is_dir()}
-        | {*GROUPS, *OPEN_GROUPS, "hydra"}
+        | {*GROUPS, *OPEN_GROUPS, "hydra"} - {""}
     )
     # Hydra's argparse rejects overrides on both sides of -m; accept it anywhere.
     flags = [a for a in argv[1:] if a in ("-m", "--multirun")]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -261,6 +262,7 @@ def defaults(cls: type) -> dict[str, Any]:
     return out
 
 
+@functools.cache  # once per process: the command-line check composes every job of a sweep
 def register() -> None:
     """The declared defaults as Hydra configs: `_schema/top` and `_schema/model` (the model presets build
     on it; not an option of its own), `dataset/base` (dataset files build on it), and `eval/default`,

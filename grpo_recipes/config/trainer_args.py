@@ -83,8 +83,7 @@ def checked_here(cfg: dict[str, Any]) -> bool:
 
 
 def take_checked_args(cfg: dict[str, Any]):
-    """The GRPOConfig the command-line check built for this very config, or None (not checked here: a
-    search's sampled values, a launcher that runs jobs elsewhere)."""
+    """The GRPOConfig the command-line check built for this very config, or None (a search's values...)."""
     return _BUILT.pop(_key(cfg), None)
 
 

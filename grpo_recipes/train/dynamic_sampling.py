@@ -49,9 +49,9 @@ class DynamicSamplingTrainer(SamplingKLTrainer):
     """Overrides `_generate_and_score_completions` (TRL has no public hook between scoring a batch and
     training on it): it calls TRL's as many times as draws are needed, on every process alike."""
 
-    def __init__(self, *args, max_draws: int, **kwargs):
+    def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.max_draws = max_draws
+        self.max_draws = self.args.dynamic_sampling_max_draws
         batch, processes = self.args.generation_batch_size, self.accelerator.num_processes
         check_dynamic_sampling(
             batch // processes,

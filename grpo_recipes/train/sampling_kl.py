@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any
 
 import torch
 from transformers.generation import logits_process as lp
@@ -190,9 +189,10 @@ class SamplingKLTrainer(GRPOTrainer):
         return result
 
 
-def trainer_class(grpo: dict[str, Any]):
-    if not grpo["dynamic_sampling"]:
+def trainer_class(args) -> type:
+    """The trainer for a run's GRPOConfig: with dynamic sampling only when `args.dynamic_sampling` is on."""
+    if not args.dynamic_sampling:
         return SamplingKLTrainer
     from grpo_recipes.train.dynamic_sampling import DynamicSamplingTrainer
 
-    return functools.partial(DynamicSamplingTrainer, max_draws=grpo["dynamic_sampling_max_draws"])
+    return DynamicSamplingTrainer

@@ -88,7 +88,7 @@ def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
         report_to=s.args.report_to,
     )
     try:
-        trainer = trainer_class(cfg["grpo"])(
+        trainer = trainer_class(s.args)(
             model=s.model,
             reward_funcs=samples.wrap(s.reward_funcs),
             args=s.args,
