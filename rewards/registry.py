@@ -8,12 +8,13 @@ import difflib
 import importlib
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from grpo_common.errors import ConfigError
 from grpo_common.formats import reader
 from grpo_common.templates import with_prefix
+from rewards.guard import RewardFaults, check_signature
 
 
 def completion_text(completion: Any) -> str:
@@ -55,6 +56,7 @@ class RewardContext:
     # (reward kwargs, each completion's verdict) -> None: told every training batch's verdicts (the
     # curriculum's levels follow them); only the first reward that judges every completion calls it
     on_verdicts: Callable[[Mapping[str, Any], list[bool]], None] | None = None
+    faults: RewardFaults = field(default_factory=RewardFaults)  # every reward's failed calls (guard.py)
 
     def __post_init__(self):
         if self.judge is None:
@@ -103,12 +105,12 @@ def _import_dotted(path: str) -> Callable:
 
 def _named(fn: Callable, name: str, ctx: RewardContext) -> Callable:
     """`fn` under its YAML name, reading each completion as the whole reply (`ctx.response_prefix`, set once
-    the tokenizer is loaded, + the completion)."""
+    the tokenizer is loaded, + the completion); a failing call scores None and is recorded (guard.py)."""
 
     def reward(**kwargs):  # as TRL calls every reward: prompts=, completions=, completion_ids=, columns
         if prefix := ctx.response_prefix:
             kwargs["completions"] = [with_prefix(c, prefix) for c in kwargs["completions"]]
-        return fn(**kwargs)
+        return ctx.faults.call(fn, name, kwargs)
 
     reward.__name__ = reward.__qualname__ = name
     return reward
@@ -137,6 +139,7 @@ def build_rewards(spec: Mapping[str, Any], ctx: RewardContext) -> tuple[list[Cal
                     f"dataset.rewards.{key}: a dotted-path reward takes only 'weight', got {sorted(params)}"
                 )
             fn = _import_dotted(fn_name)
+            check_signature(fn, key)
         elif fn_name in REWARDS:
             factory, accepted = REWARDS[fn_name]
             for p, value in params.items():

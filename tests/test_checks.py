@@ -1,6 +1,7 @@
 """The value check and the run-directory rules, in process (the command-line cases: test_mistakes.py)."""
 
 import json
+import struct
 
 import pytest
 
@@ -126,8 +127,10 @@ def test_plan_run_rules(tmp_path):
 
 
 def test_a_resume_needs_steps_left_after_its_checkpoint(tmp_path):
-    (tmp_path / "checkpoint-5").mkdir()
-    (tmp_path / "checkpoint-10").mkdir()
+    for step in (5, 10):  # whole checkpoints (outputs/checkpoints.py reads them back): a state and weights
+        (c := tmp_path / f"checkpoint-{step}").mkdir()
+        (c / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+        (c / "model.safetensors").write_bytes(struct.pack("<Q", 2) + b"{}")
     assert resume.last_checkpoint_step(tmp_path) == 10
     resume.check_resume_point(tmp_path, 11)
     with pytest.raises(

@@ -297,6 +297,7 @@ def test_deepspeed_two_processes_train_stop_resume_save_and_reevaluate(preset, t
     from transformers import AutoModelForCausalLM
 
     from grpo_recipes.models.loading import ensure_tiny, load_model_and_tokenizer
+    from grpo_recipes.outputs.checkpoints import problem
 
     changes = {"zero3_save_16bit_model": False} if preset == "zero3" else {}
     config = two_process_config(preset, tmp_path, **changes)
@@ -315,6 +316,7 @@ def test_deepspeed_two_processes_train_stop_resume_save_and_reevaluate(preset, t
         f"zero_pp_rank_{rank}_mp_rank_00_optim_states.pt" for rank in (0, 1)
     ]
     assert not (run / "train_results.json").exists()
+    assert problem(run / f"checkpoint-{stopped}") is None and not (run / ".saving").exists()  # whole
 
     end = stopped + 2
     resumed = launch(config, *common, "resume=true", f"max_steps={end}")
@@ -351,6 +353,7 @@ def test_deepspeed_two_processes_train_stop_resume_save_and_reevaluate(preset, t
         assert again["metrics"][key] == last["metrics"][key], key
 
     checkpoint = run / f"checkpoint-{end}"
+    assert problem(checkpoint) is None and not (run / ".saving").exists()
     if preset == "zero3":  # shards only: eval_only's loader converts them (deepspeed zero_to_fp32)
         assert not (checkpoint / "model.safetensors").exists() and (checkpoint / "latest").is_file()
     from_checkpoint, _ = load_model_and_tokenizer(

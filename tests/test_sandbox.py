@@ -373,3 +373,12 @@ def test_an_interpreter_under_tmp_still_runs(tmp_path):
     ex = Executor(languages={"mysh": {"command": [str(tmp_path / "mysh"), "{file}"], "extension": ".sh"}})
     result = ex.run_one(Program("echo fine", language="mysh"))
     assert result.ok and result.stdout.strip() == "fine", result.stderr
+
+
+@pytest.mark.parametrize("level", ISOLATION)
+def test_a_program_killed_by_a_signal_is_a_failed_test_not_an_error(executors, level):
+    """SIGKILL (what the OOM killer sends) and SIGSEGV end the program, not the reward: its tests fail."""
+    for signum in ("SIGKILL", "SIGSEGV"):
+        suicide = f"import os, signal\nos.kill(os.getpid(), signal.{signum})\n"
+        assert _passed(executors[level], suicide + "def add(a, b):\n    return a + b") == 0
+        assert not executors[level].run_one(Program(suicide)).ok

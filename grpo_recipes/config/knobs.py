@@ -159,6 +159,11 @@ class RecipeGRPOFields:
     )
     dynamic_sampling: bool = knob(False, BOOL, "DAPO's dynamic sampling: train only on groups that differ")
     dynamic_sampling_max_draws: int = knob(4, COUNT, "at most this many generation batches per step")
+    reward_timeout: float = knob(600.0, Float(0), "seconds a reward call may take (0: no limit)", resume=True)
+    reward_errors_stop_at: float = knob(
+        0.5, PROB, "stop when this share of a reward's calls failed over the window", resume=True
+    )
+    reward_errors_window: int = knob(10, COUNT, "steps of that window", resume=True)
 
 
 @dataclass

@@ -123,6 +123,13 @@ class _Tee:
         return getattr(self.stream, name)
 
 
+def write_to_log_file(text: str) -> None:
+    """Into train.log alone, not the console (a crash's traceback)."""
+    if (log_file := getattr(sys.stderr, "log_file", None)) is not None:
+        log_file.write(text.rstrip("\n") + "\n")
+        log_file.flush()
+
+
 def setup_console(run_dir: Path | None, main: bool = True) -> None:
     """Log lines to the console (other ranks: warnings only), mirrored into train.log."""
     if run_dir is not None:  # the tee first, so the log handler below writes through it

@@ -10,6 +10,7 @@ run.py then builds the trainer and its callbacks from this (trainer.py) and trai
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ class Setup:
     checkpoint: Path | None  # the checkpoint a resume continues from (None: from the start)
     resumed: bool
     curriculum: Any = None  # grpo_recipes.train.curriculum.Curriculum when dataset.curriculum is on
+    reward_faults: Any = None  # rewards.guard.RewardFaults: the rewards' failed calls
 
 
 def assemble(cfg: dict[str, Any], plan: RunPlan) -> Setup:
@@ -55,13 +57,13 @@ def assemble(cfg: dict[str, Any], plan: RunPlan) -> Setup:
     taskset, train_dataset, eval_rows, curriculum = get_datasets(cfg)
     if any(is_code_task(name) for name in taskset.names):
         log.info("code tasks run in the sandbox: %s", sandbox.get_executor().layers())
-    reward_funcs, weights = get_rewards(cfg, taskset, prefix, curriculum)
+    reward_funcs, weights, faults = get_rewards(cfg, taskset, prefix, curriculum)
     args = get_training_args(cfg, hw, weights, model, lora=peft_config is not None)
     checkpoint = None
-    if plan.action == "resume":  # from the last checkpoint; None: from the start
-        from transformers.trainer_utils import get_last_checkpoint
+    if plan.action == "resume":  # from the newest whole checkpoint; None: from the start
+        from grpo_recipes.outputs.checkpoints import usable_checkpoint
 
-        checkpoint = get_last_checkpoint(str(plan.run_dir))
+        checkpoint = usable_checkpoint(plan.run_dir, main=int(os.environ.get("RANK", "0")) == 0)
     return Setup(
         hw,
         model,
@@ -76,6 +78,7 @@ def assemble(cfg: dict[str, Any], plan: RunPlan) -> Setup:
         checkpoint=Path(checkpoint) if checkpoint else None,
         resumed=plan.action == "resume",
         curriculum=curriculum,
+        reward_faults=faults,
     )
 
 
@@ -104,8 +107,10 @@ def get_datasets(cfg: dict[str, Any]):
 
 
 def get_rewards(cfg: dict[str, Any], taskset, prefix: str, curriculum):
-    """TRL reward functions (named by their dataset.rewards key) and their weights."""
+    """TRL reward functions (named by their dataset.rewards key), their weights, and their failures'
+    record (a failing call scores None: rewards/guard.py)."""
     from rewards import RewardContext, build_rewards
+    from rewards.guard import RewardFaults
 
     ctx = RewardContext(
         scorer=taskset.score,
@@ -114,8 +119,9 @@ def get_rewards(cfg: dict[str, Any], taskset, prefix: str, curriculum):
         judge=taskset.judge,
         response_prefix=prefix,
         on_verdicts=curriculum.recorder if curriculum is not None else None,
+        faults=RewardFaults(Path(cfg["output_dir"]) / "reward_errors.jsonl", cfg["grpo"]["reward_timeout"]),
     )
-    return build_rewards(cfg["dataset"]["rewards"], ctx)
+    return (*build_rewards(cfg["dataset"]["rewards"], ctx), ctx.faults)
 
 
 def get_training_args(cfg: dict[str, Any], hw: Hardware, weights: list[float], model, lora: bool):

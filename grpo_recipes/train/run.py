@@ -111,7 +111,7 @@ def eval_only(cfg: dict[str, Any], run_dir: Path, s: Setup) -> float:
 
 def _train(cfg: dict[str, Any], run_dir: Path, s: Setup, training: Training) -> float:
     from grpo_recipes.train import fast_paths
-    from grpo_recipes.train.stopping import trim_metrics_after
+    from grpo_recipes.train.stopping import crashed, stopped, trim_metrics_after
 
     trainer, stop = training.trainer, training.stop
     describe(cfg, run_dir, s, trainer.accelerator)
@@ -141,21 +141,15 @@ def _train(cfg: dict[str, Any], run_dir: Path, s: Setup, training: Training) -> 
     stop.install()
     try:
         result = trainer.train(resume_from_checkpoint=str(s.checkpoint) if s.checkpoint else None)
+    except Exception as err:  # noqa: BLE001 - any error: what can be saved is saved (stopping.crashed)
+        raise crashed(err, cfg, run_dir, training) from None
     finally:
         stop.uninstall()
     from grpo_recipes.models.weights import save_final_model  # after training: not part of start-up
     from grpo_recipes.outputs.report import write_report
 
-    if stop.requested:
-        if trainer.is_world_process_zero():
-            write_report(run_dir)
-        log.warning(
-            "Stopped at step %d with checkpoint-%d saved. Continue with: %s",
-            trainer.state.global_step,
-            trainer.state.global_step,
-            resume_command(cfg),
-        )
-        raise Interrupted(stop.exit_code)
+    if stop.requested:  # a signal, or a reward failing too often: checkpoint saved, report, the command
+        raise stopped(cfg, run_dir, training)
 
     final = run_dir / "final"
     save_final_model(trainer, final)  # the adapter alone when LoRA is on; ZeRO-3/FSDP shards gathered
@@ -192,33 +186,6 @@ def _train(cfg: dict[str, Any], run_dir: Path, s: Setup, training: Training) -> 
     return float(history[last][cfg["optimized_metric"]])
 
 
-def resume_command(cfg: dict[str, Any]) -> str:
-    """The command that continues this run as it was (its own overrides are read back from its directory):
-    the config flags it was started with, and its directory, by run_name when that is where it lives."""
-    import shlex
-
-    args = []
-    if HydraConfig.initialized():
-        hydra = HydraConfig.get()
-        for source in hydra.runtime.config_sources:
-            if source.provider == "command-line" and source.schema == "file":
-                args += ["--config-dir", source.path]
-        if hydra.job.config_name != "train":
-            args += ["--config-name", hydra.job.config_name]
-    run_dir = Path(cfg["output_dir"]).resolve()
-    if run_dir == (Path(cfg["output_root"]) / cfg["run_name"]).resolve():
-        args.append(f"run_name={cfg['run_name']}")
-        if cfg["output_root"] != "outputs":
-            args.append(f"output_root={cfg['output_root']}")
-    else:  # a sweep's job, or a directory of its own
-        args.append(f"hydra.run.dir={run_dir}")
-    return "python train_grpo.py " + " ".join(shlex.quote(a) for a in args + ["resume=true"])
-
-
-class Interrupted(Exception):
-    """Training stopped on a signal after saving a checkpoint; args[0] is the exit code."""
-
-
 def run_from_hydra(cfg: DictConfig) -> float:
     try:
         return train(cfg)
@@ -229,8 +196,14 @@ def run_from_hydra(cfg: DictConfig) -> float:
             raise
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
-    except Interrupted as stop:
-        sys.exit(stop.args[0])
+    except Exception as err:  # a stop that said why and how to continue, or a full disk: one line
+        from grpo_recipes.train.stopping import Interrupted, full_disk
+
+        if isinstance(err, Interrupted):
+            sys.exit(err.args[0])
+        if not full_disk(err, cfg):
+            raise
+        sys.exit(1)
     except KeyboardInterrupt:
         print(
             "interrupted: files written so far are kept; resume=true continues from the last checkpoint",

@@ -11,6 +11,8 @@ import torch
 from transformers.generation import logits_process as lp
 from trl import GRPOTrainer
 
+from grpo_recipes.outputs.checkpoints import WholeCheckpoints
+
 log = logging.getLogger(__name__)
 
 # The output key carrying sampling log-probs through TRL's shuffle and split (NaN: no sampled token).
@@ -102,7 +104,7 @@ class ChosenTokenLogprobs(lp.LogitsProcessor):
         return torch.stack(steps, dim=1)
 
 
-class SamplingKLTrainer(GRPOTrainer):
+class SamplingKLTrainer(WholeCheckpoints, GRPOTrainer):
     """TRL has no public hook on the generated batch or the loss pass's log-probs, so the methods that produce
     them are extended (each calls TRL's first)."""
 

@@ -1,27 +1,39 @@
-"""Clean stops (README "Stopping and resuming"). The ranks agree after every step (one all-reduce of the
-signal number), so all stop after the same step and the checkpoint save, a collective under DeepSpeed and
-FSDP, cannot hang."""
+"""Clean stops (README "Stopping and resuming", "When things go wrong"): on SIGTERM or Ctrl-C, and when a
+reward fails too often (rewards/guard.py). The ranks agree after every step (one all-reduce of the stop
+code), so all stop after the same step and the checkpoint save, a collective under DeepSpeed and FSDP,
+cannot hang."""
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import json
 import logging
 import signal
+import sys
 from pathlib import Path
+from typing import Any
 
 from transformers import TrainerCallback
 
 from grpo_recipes.outputs.logs import write_atomic
 
 log = logging.getLogger(__name__)
+REWARD_ERRORS = 1  # the stop code of a reward failing too often (the others are signal numbers)
 
 
 class GracefulStop(TrainerCallback):
-    def __init__(self, accelerator):
+    def __init__(self, accelerator, faults=None, window: int = 10, stop_at: float = 1.0):
         self.accelerator = accelerator  # the trainer's: the ranks agree on a stop through it
-        self.signum: int | None = None  # the signal this process received
+        self.signum: int | None = None  # the signal this process received, or REWARD_ERRORS
         self.agreed: int | None = None  # the one all ranks stop on (another rank's, possibly)
+        self.reason = ""  # why, in words, when not a signal
         self._previous = {}
+        self.faults, self.stop_at = faults, stop_at  # rewards.guard.RewardFaults: failed calls per step
+        self.window: dict[str, collections.deque] = collections.defaultdict(
+            lambda: collections.deque(maxlen=window)
+        )
+        self.updating_from: int | None = None  # the step an optimizer update started from (crash saves)
 
     def install(self) -> None:
         self._previous = {s: signal.signal(s, self._handle) for s in (signal.SIGTERM, signal.SIGINT)}
@@ -31,7 +43,7 @@ class GracefulStop(TrainerCallback):
             signal.signal(signum, handler)
 
     def _handle(self, signum, frame):
-        if self.signum is not None:  # second signal: stop now
+        if self.signum not in (None, REWARD_ERRORS):  # second signal: stop now
             raise KeyboardInterrupt
         self.signum = signum
         log.warning(
@@ -46,9 +58,19 @@ class GracefulStop(TrainerCallback):
 
     @property
     def exit_code(self) -> int:
-        return 128 + (self.signum or self.agreed or 0)
+        code = self.signum or self.agreed or 0
+        return 1 if code == REWARD_ERRORS else 128 + code
+
+    def consistent(self, step: int) -> bool:
+        """Whether the weights, optimizer and scheduler are all those of `step` (no update half done)."""
+        return self.updating_from is None or step > self.updating_from
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        self.updating_from = state.global_step
 
     def on_step_end(self, args, state, control, **kwargs):
+        if self.faults is not None and self.signum is None:
+            self._count_reward_errors()
         if not self.agreed and self.accelerator.num_processes == 1:
             self.agreed = self.signum
         elif not self.agreed:  # the highest signal number any rank has received (0: none has)
@@ -59,6 +81,20 @@ class GracefulStop(TrainerCallback):
         if self.requested:
             control.should_save = True
             control.should_training_stop = True
+
+    def _count_reward_errors(self) -> None:
+        for name, (calls, failed) in self.faults.take().items():
+            self.window[name].append((calls, failed))
+        for name, steps in self.window.items():
+            calls, failed = (sum(column) for column in zip(*steps)) if steps else (0, 0)
+            if len(steps) == steps.maxlen and calls and failed / calls >= self.stop_at:
+                self.signum = REWARD_ERRORS
+                self.reason = (
+                    f"reward '{name}' failed {failed} of {calls} calls over the last {len(steps)} steps "
+                    f"(grpo.reward_errors_stop_at={self.stop_at:g}); first error: {self.faults.first[name]}; "
+                    "every failure is in reward_errors.jsonl"
+                )
+                return
 
 
 def trim_metrics_after(path: Path, step: int) -> int:
@@ -76,3 +112,115 @@ def trim_metrics_after(path: Path, step: int) -> int:
         dropped += 1
     write_atomic(path, "".join(k + "\n" for k in kept))
     return dropped
+
+
+class Interrupted(Exception):
+    """Training stopped after saving what it could and saying why; args[0] is the exit code."""
+
+
+def resume_command(cfg: dict[str, Any]) -> str:
+    """The command that continues this run as it was (its own overrides are read back from its directory):
+    the config flags it was started with, and its directory, by run_name when that is where it lives."""
+    import shlex
+
+    from hydra.core.hydra_config import HydraConfig
+
+    args = []
+    if HydraConfig.initialized():
+        hydra = HydraConfig.get()
+        for source in hydra.runtime.config_sources:
+            if source.provider == "command-line" and source.schema == "file":
+                args += ["--config-dir", source.path]
+        if hydra.job.config_name != "train":
+            args += ["--config-name", hydra.job.config_name]
+    run_dir = Path(cfg["output_dir"]).resolve()
+    if run_dir == (Path(cfg["output_root"]) / cfg["run_name"]).resolve():
+        args.append(f"run_name={cfg['run_name']}")
+        if cfg["output_root"] != "outputs":
+            args.append(f"output_root={cfg['output_root']}")
+    else:  # a sweep's job, or a directory of its own
+        args.append(f"hydra.run.dir={run_dir}")
+    return "python train_grpo.py " + " ".join(shlex.quote(a) for a in args + ["resume=true"])
+
+
+def stopped(cfg: dict[str, Any], run_dir: Path, training) -> Interrupted:
+    """A stop all ranks agreed on (a signal, a failing reward): the checkpoint is saved; the report, why,
+    and the command that continues."""
+    trainer, stop = training.trainer, training.stop
+    _report(trainer, run_dir)
+    if stop.reason:
+        log.error("Stopping: %s", stop.reason)
+    step = trainer.state.global_step
+    log.warning(
+        "Stopped at step %d with checkpoint-%d saved. Continue with: %s", step, step, resume_command(cfg)
+    )
+    return Interrupted(stop.exit_code)
+
+
+def crashed(err: Exception, cfg: dict[str, Any], run_dir: Path, training) -> Exception:
+    """An unexpected error inside training: its traceback into train.log, one line on the console. When the
+    last completed step is whole (no update half done) and one process runs (a save is a collective the
+    other ranks may never reach), a checkpoint of that step is saved to continue from. A full disk and a
+    config mistake are raised as they are (run.py's run_from_hydra says them in one line)."""
+    import traceback
+
+    from grpo_common.errors import ConfigError
+    from grpo_recipes.config.resume import last_checkpoint_step
+    from grpo_recipes.outputs.logs import write_to_log_file
+
+    trainer, stop = training.trainer, training.stop
+    if isinstance(err, ConfigError) or full_disk(err, cfg, say=False):
+        return err
+    write_to_log_file(traceback.format_exc())
+    step, saved = trainer.state.global_step, ""
+    one_process = trainer.accelerator.num_processes == 1
+    if step and not (run_dir / f"checkpoint-{step}").is_dir() and stop.consistent(step) and one_process:
+        try:  # our override (outputs/checkpoints.py): the checkpoint is whole or absent
+            trainer._save_checkpoint(trainer.model, trial=None)
+            saved = f"checkpoint-{step} saved (the last completed step). "
+        except Exception as again:  # noqa: BLE001 - the first error is the one to report
+            write_to_log_file(f"saving checkpoint-{step} after the crash failed: {again!r}")
+    _report(trainer, run_dir)
+    last = last_checkpoint_step(run_dir)
+    log.error(
+        "Training failed in step %d: %s (traceback: %s). %sContinue from %s with: %s",
+        step + 1,
+        f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}",
+        run_dir / "train.log",
+        saved,
+        f"checkpoint-{last}" if last is not None else "the start",
+        resume_command(cfg),
+    )
+    return Interrupted(1)
+
+
+def full_disk(err: BaseException, cfg, say: bool = True) -> bool:
+    """Whether `err` is a full disk, however the writer words it (torch's zip writer says only "file write
+    failed"); `say`: then one line naming the path and the free space, and the space of a cut-short save
+    given back."""
+    import errno
+    import shutil
+
+    run_dir, text = Path(cfg["output_dir"]), str(err)
+    said = getattr(err, "errno", None) == errno.ENOSPC or "No space left" in text or "StorageFull" in text
+    if not said and ("write failed" not in text or shutil.disk_usage(run_dir).free > 256 * 2**20):
+        return False
+    if say:
+        shutil.rmtree(run_dir / ".saving", ignore_errors=True)  # outputs/checkpoints.py's staging dir
+        path = Path(getattr(err, "filename", None) or run_dir)
+        free = shutil.disk_usage(next(p for p in (path, *path.parents) if p.exists())).free
+        print(
+            f"error: no space left on the device writing {path} ({free / 2**20:.0f} MiB free there). The "
+            "checkpoints saved before are intact: free some space, then continue with: "
+            f"{resume_command(cfg)}",
+            file=sys.stderr,
+        )
+    return True
+
+
+def _report(trainer, run_dir: Path) -> None:
+    if trainer.is_world_process_zero():
+        with contextlib.suppress(Exception):  # a report is a summary: never a second error
+            from grpo_recipes.outputs.report import write_report
+
+            write_report(run_dir)

@@ -101,7 +101,8 @@ def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         raise ConfigError(name_the_key(str(err), cfg["grpo"])) from None
-    stop = GracefulStop(trainer.accelerator)
+    a = s.args  # a reward failing too often stops the run as SIGTERM does
+    stop = GracefulStop(trainer.accelerator, s.reward_faults, a.reward_errors_window, a.reward_errors_stop_at)
     evaluation = FixedEvalCallback(
         make_evaluator(cfg, s),
         run_dir,

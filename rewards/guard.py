@@ -1,0 +1,168 @@
+"""A reward call cannot end the run (README "When things go wrong"). An exception, a call past `timeout`,
+the wrong number of scores, or a score that is not a finite number makes that call a failed one:
+its completions score None, which TRL leaves out while the other rewards still count. Each failure
+is recorded:
+- `rewards/<name>/errors` (through TRL's `log_metric`): the share of that reward's calls that failed;
+- reward_errors.jsonl in the run dir, one line per failure. A reward's first failure also keeps the
+  traceback and the completion that raised.
+The trainer reads `take()` after each step and stops the run when a reward fails too often
+(grpo.reward_errors_stop_at over grpo.reward_errors_window steps: grpo_recipes/train/stopping.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+import logging
+import math
+import signal
+import threading
+import traceback
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grpo_common.errors import ConfigError
+
+log = logging.getLogger(__name__)
+# What TRL passes every reward besides the dataset's columns (GRPOTrainer._calculate_rewards).
+TRL_KWARGS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric")
+COLUMNS = ("question", "answer", "task", "metadata")  # the recipe's dataset columns (train/data.py to_row)
+
+
+class RewardTimeout(Exception):
+    pass
+
+
+def check_signature(fn: Callable, key: str, columns=COLUMNS) -> None:
+    """A reward that can never accept TRL's call is refused before anything loads, in one line."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin or C callable: nothing to read
+        return
+    passed = dict.fromkeys([*TRL_KWARGS, *columns])
+    try:
+        sig.bind(**passed)
+    except TypeError as err:
+        raise ConfigError(
+            f"dataset.rewards.{key}: {getattr(fn, '__qualname__', fn)}{sig} cannot take TRL's call ({err}); "
+            f"rewards are called by keyword with {', '.join(TRL_KWARGS)} and the columns "
+            f"{', '.join(columns)}: add **kwargs for the ones it does not read"
+        ) from None
+
+
+def _scores(values: Any, n: int) -> tuple[list, str | None, int | None]:
+    """The scores as TRL takes them (None: missing), what was wrong with them, and where."""
+    try:
+        values = list(values)
+    except TypeError:
+        return [None] * n, f"returned {type(values).__name__}, not a list of scores", None
+    if len(values) != n:
+        return [None] * n, f"returned {len(values)} scores for {n} completions", None
+    bad = [i for i, v in enumerate(values) if not _finite(v)]
+    if not bad:
+        return values, None, None
+    wrong = f"returned {values[bad[0]]!r} for {len(bad)} of {n} completions"
+    return [None if i in bad else v for i, v in enumerate(values)], wrong, bad[0]
+
+
+def _finite(value: Any) -> bool:
+    try:
+        return value is None or math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float):
+    """RewardTimeout after `seconds` (0: none; only the main thread can take the alarm)."""
+    if seconds <= 0 or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum, frame):
+        raise RewardTimeout(f"took longer than grpo.reward_timeout={seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@dataclass
+class RewardFaults:
+    """The failed calls of a run's rewards. `path`: reward_errors.jsonl (None: kept in memory only)."""
+
+    path: Path | None = None
+    timeout: float = 0.0  # seconds a call may take (0: no limit)
+    calls: Counter = field(default_factory=Counter)  # name -> training calls since the last take()
+    failed: Counter = field(default_factory=Counter)
+    first: dict[str, str] = field(default_factory=dict)  # name -> its first error, in one line
+
+    def call(self, fn: Callable, name: str, kwargs: dict[str, Any]) -> list:
+        n, trace, at = len(kwargs["completions"]), None, None
+        try:
+            with _deadline(self.timeout):
+                scores, wrong, at = _scores(fn(**kwargs), n)
+        except Exception as err:  # noqa: BLE001 - the reward's own bug or a timeout: this call's scores are missing
+            scores, wrong = [None] * n, f"{type(err).__name__}: {err}".strip()
+            trace = None if isinstance(err, RewardTimeout) else traceback.format_exc()
+        if kwargs.get("trainer_state") is not None:  # the stop counts training calls (the eval passes none)
+            self.calls[name] += 1
+            self.failed[name] += wrong is not None
+        if wrong is not None:
+            self._record(name, wrong, trace, fn, kwargs, at)
+        log_metric = kwargs.get("log_metric")
+        if callable(log_metric) and name in self.first:  # from its first failure on
+            log_metric(f"rewards/{name}/errors", float(wrong is not None))
+        return scores
+
+    def _record(self, name: str, error: str, trace: str | None, fn: Callable, kwargs: dict, at) -> None:
+        state = kwargs.get("trainer_state")  # TRL passes it; the fixed eval does not
+        record = {"step": state.global_step + 1, "split": "train"} if state is not None else {"split": "eval"}
+        record |= {"reward": name, "error": error.splitlines()[0] if error else "error"}
+        if name not in self.first:  # its first failure: one line, and where and on what in the file
+            self.first[name] = record["error"]
+            log.warning(
+                "reward '%s' failed (%s): that call's scores are missing, the other rewards still count; "
+                "failures are counted in rewards/%s/errors and kept in %s",
+                name,
+                record["error"],
+                name,
+                self.path or "memory",
+            )
+            at = self._culprit(fn, kwargs) if at is None and trace is not None else at
+            if at is not None:
+                from rewards.registry import completion_text
+
+                record["completion"] = completion_text(kwargs["completions"][at])
+            record["traceback"] = trace
+        if self.path is not None:
+            with open(self.path, "a") as f:
+                f.write(json.dumps(record, default=str) + "\n")
+
+    def _culprit(self, fn: Callable, kwargs: dict) -> int | None:
+        """The first completion that raises on its own (None: only the whole batch does)."""
+        n = len(kwargs["completions"])
+        quiet = {key: (lambda *a, **kw: None) for key in ("log_metric", "log_extra") if key in kwargs}
+        for i in range(n):
+            one = {k: [v[i]] if isinstance(v, list) and len(v) == n else v for k, v in kwargs.items()}
+            try:
+                with _deadline(self.timeout):
+                    fn(**{**one, **quiet})
+            except Exception:  # noqa: BLE001 - any error of the user's code
+                return i
+        return None
+
+    def take(self) -> dict[str, tuple[int, int]]:
+        """name -> (calls, failed calls) since the last take()."""
+        out = {name: (calls, self.failed[name]) for name, calls in self.calls.items()}
+        self.calls.clear()
+        self.failed.clear()
+        return out
