@@ -1,8 +1,7 @@
 """Reading an answer out of text: the readers the answer formats chain (formats.py; the rules are in the
 README, "Rewards"), and how a number is spelled once read ('1,000' -> '1000'). A tag's answer is taken as
 written, decoration off; a multi-line answer (grid, board, moves) goes on the lines after a bare `[ANSWER]`.
-Each reader returns the answer it found, or None; none raises, whatever the text.
-"""
+Each reader returns the answer it found, or None; none raises, whatever the text."""
 
 import re
 

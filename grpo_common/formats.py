@@ -102,9 +102,8 @@ _THINK_STRICT = re.compile(
 class Think(AnswerFormat):  # strict: <think>..</think><answer>..</answer> and nothing else
     name = "think"
     system_prompt = (
-        "First think about the problem step by step inside <think> </think> tags, then give "
-        "the final answer inside <answer> </answer> tags, e.g. "
-        "<think>reasoning here</think><answer>42</answer>"
+        "First think about the problem step by step inside <think> </think> tags, then give the final answer "
+        "inside <answer> </answer> tags, e.g. <think>reasoning here</think><answer>42</answer>"
     )
     tags = ("<think>", "</think>", "<answer>", "</answer>")
 

@@ -1,8 +1,7 @@
-"""Chat templates: the `model.chat_template` override, and the response prefix a template pre-fills.
-Some templates (Qwen3, DeepSeek-R1 distills) end the generation prompt with `<think>`, which the model
-then never writes itself: rewards and eval must read `prefix + completion`, or a perfect `think` answer
-would be judged unformatted.
-"""
+"""Chat templates: the `model.chat_template` override, and the response prefix a template pre-fills. Some
+templates (Qwen3, DeepSeek-R1 distills) end the generation prompt with `<think>`, which the model then never
+writes itself: rewards and eval must read `prefix + completion`, or a perfect `think` answer would be judged
+unformatted."""
 
 from pathlib import Path
 
@@ -46,7 +45,6 @@ def with_prefix(completion, prefix: str):
     if isinstance(completion, str):
         return prefix + completion
     if isinstance(completion, list) and completion and isinstance(completion[-1], dict):
-        last = dict(completion[-1])
-        last["content"] = prefix + str(last.get("content") or "")
+        last = {**completion[-1], "content": prefix + str(completion[-1].get("content") or "")}
         return [*completion[:-1], last]
     return completion

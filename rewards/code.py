@@ -253,9 +253,8 @@ def code_tests(ctx, base_weight=1.0, perfect_bonus=1.0, **moved):
     if moved:  # the suite is the task's choice now, shared by training and eval
         key = min(moved)
         raise ConfigError(
-            f"dataset.rewards.code_tests.{key}: set it on the code task instead, "
-            f"dataset.tasks.<task>.config.{'test_timeout' if key == 'timeout' else key}, so that training "
-            "and eval run the same tests"
+            f"dataset.rewards.code_tests.{key}: set it on the code task instead, dataset.tasks.<task>.config."
+            f"{'test_timeout' if key == 'timeout' else key}, so that training and eval run the same tests"
         )
     for key, value in (("base_weight", base_weight), ("perfect_bonus", perfect_bonus)):
         if not is_number(value):
@@ -268,10 +267,9 @@ def code_tests(ctx, base_weight=1.0, perfect_bonus=1.0, **moved):
         judged = ctx.judge([completion_text(completions[i]) for i in runnable], picked)
         perfect = [fraction >= 1.0 for _, fraction in judged]
         scores = [f * base_weight + (perfect_bonus if ok else 0.0) for (_, f), ok in zip(judged, perfect)]
-        by_row = dict(zip(runnable, scores))
-        out = [by_row.get(i) for i in range(len(completions))]  # None: not a code task
         if runnable:  # correct: all tests pass
             log_stats(kwargs, picked, scores, perfect, judged)
-        return out
+        by_row = dict(zip(runnable, scores))
+        return [by_row.get(i) for i in range(len(completions))]  # None: not a code task
 
     return reward

@@ -1,13 +1,9 @@
-"""A reward call cannot end the run (README "When things go wrong"). An exception, a call past `timeout`,
-the wrong number of scores, or a score that is not a finite number makes that call a failed one:
-its completions score None, which TRL leaves out while the other rewards still count. Each failure
-is recorded:
-- `rewards/<name>/errors` (through TRL's `log_metric`): the share of that reward's calls that failed;
-- reward_errors.jsonl in the run dir, one line per failure. A reward's first failure also keeps the
-  traceback and the completion that raised.
-The trainer reads `take()` after each step and stops the run when a reward fails too often
-(grpo.reward_errors_stop_at over grpo.reward_errors_window steps: grpo_recipes/train/stopping.py).
-"""
+"""A reward call cannot end the run (README "When things go wrong"): an exception, a call past `timeout`, the
+wrong number of scores or a score that is not a finite number fails that call, whose completions score None
+(TRL leaves them out; the other rewards still count). Each failure is counted in `rewards/<name>/errors` (the
+share of that reward's calls that failed, through TRL's `log_metric`) and kept in reward_errors.jsonl (the
+first with its traceback and the completion that raised); the trainer reads `take()` after each step and stops
+the run when a reward fails too often (grpo.reward_errors_stop_at: grpo_recipes/train/stopping.py)."""
 
 from __future__ import annotations
 
@@ -43,9 +39,8 @@ def check_signature(fn: Callable, key: str, columns=COLUMNS) -> None:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):  # a builtin or C callable: nothing to read
         return
-    passed = dict.fromkeys([*TRL_KWARGS, *columns])
     try:
-        sig.bind(**passed)
+        sig.bind(**dict.fromkeys([*TRL_KWARGS, *columns]))
     except TypeError as err:
         raise ConfigError(
             f"dataset.rewards.{key}: {getattr(fn, '__qualname__', fn)}{sig} cannot take TRL's call ({err}); "
@@ -130,12 +125,9 @@ class RewardFaults:
         if name not in self.first:  # its first failure: one line, and where and on what in the file
             self.first[name] = record["error"]
             log.warning(
-                "reward '%s' failed (%s): that call's scores are missing, the other rewards still count; "
-                "failures are counted in rewards/%s/errors and kept in %s",
-                name,
-                record["error"],
-                name,
-                self.path or "memory",
+                f"reward '{name}' failed ({record['error']}): that call's scores are missing, the other "
+                f"rewards still count; failures are counted in rewards/{name}/errors and kept in "
+                f"{self.path or 'memory'}"
             )
             at = self._culprit(fn, kwargs) if at is None and trace is not None else at
             if at is not None:
@@ -163,6 +155,5 @@ class RewardFaults:
     def take(self) -> dict[str, tuple[int, int]]:
         """name -> (calls, failed calls) since the last take()."""
         out = {name: (calls, self.failed[name]) for name, calls in self.calls.items()}
-        self.calls.clear()
-        self.failed.clear()
+        self.calls, self.failed = Counter(), Counter()
         return out

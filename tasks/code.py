@@ -10,7 +10,7 @@ import json
 import textwrap
 from dataclasses import dataclass
 from random import Random
-from typing import Any
+from typing import Any, ClassVar
 
 from reasoning_gym.dataset import ProceduralDataset
 from reasoning_gym.factory import register_dataset
@@ -25,6 +25,9 @@ INSTRUCTION = "Return the complete function in a single ```python code block."
 class CodeDataset(ProceduralDataset):
     """Scores extracted programs by running the entry's tests; the task's `max_tests` and `test_timeout` set
     the suite for training and eval alike."""
+
+    # dataset.holdout: the metadata fields an eval problem's function and template are read from
+    holdout_fields: ClassVar[dict[str, str]] = {"function": "entry_point", "template": "template"}
 
     def score_answer(self, answer: str | None, entry: dict[str, Any]) -> float:
         return self.score_answers([answer], [entry])[0]
@@ -97,6 +100,8 @@ class HumanEvalDataset(CodeDataset):
     """HumanEval in a seeded order (164 problems; an index past the end wraps)."""
 
     task = "humaneval"
+    # a problem is its own template
+    holdout_fields: ClassVar[dict[str, str]] = {"function": "entry_point", "template": "task_id"}
 
     def __init__(self, config: HumanEvalConfig):
         super().__init__(config=config, seed=config.seed, size=config.size)
@@ -156,6 +161,8 @@ class CodeFileDataset(CodeDataset):
     """Problems from a file in a seeded order (an index past the end wraps)."""
 
     task = "code_file"
+    # a row is its own template; a row without an entry point is its own function (tasks/registry.py)
+    holdout_fields: ClassVar[dict[str, str]] = {"function": "entry_point", "template": "row"}
 
     def __init__(self, config: CodeFileConfig):
         super().__init__(config=config, seed=config.seed, size=config.size)

@@ -1,8 +1,7 @@
-"""Adaptive difficulty: a level per task, from reasoning-gym's own curricula (`reasoning_gym.coaching`).
-A task's level is its curriculum's global level; its config there is the curriculum's configuration over
-the task's config as written (keys no attribute governs keep the user's value). The level follows the
-task's rolling training accuracy (`LevelController`), fed by the accuracy reward (`VerdictRecorder`).
-"""
+"""Adaptive difficulty: a level per task, from reasoning-gym's own curricula (`reasoning_gym.coaching`). A
+task's level is its curriculum's global level; its config there is the curriculum's configuration over the
+task's config as written (keys no attribute governs keep the user's value). The level follows the task's
+rolling training accuracy (`LevelController`), fed by the accuracy reward (`VerdictRecorder`)."""
 
 import dataclasses
 from collections import deque

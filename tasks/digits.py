@@ -1,6 +1,5 @@
 """The two digit tasks of the Monarch RL recipe, as reasoning-gym procedural datasets: registered in its
-registry, they mix, score and follow `dataset.curriculum` (their curricula below) like any other task.
-"""
+registry, they mix, score and follow `dataset.curriculum` (their curricula below) like any other task."""
 
 from dataclasses import dataclass
 from random import Random

@@ -1,7 +1,6 @@
 """The file tasks' loader (qa_file, code_file): a table of rows from a local .jsonl, .json, .csv, .tsv or
-.parquet file (the text ones may be gzipped: .jsonl.gz), a `datasets.save_to_disk` directory, or a hub
-dataset name (`datasets.load_dataset`, offline only from the local HF cache). Each error is one line.
-"""
+.parquet file (the text ones may be gzipped: .jsonl.gz), a `datasets.save_to_disk` directory, or a hub dataset
+name (`datasets.load_dataset`, offline only from the local HF cache). Each error is one line."""
 
 import csv
 import gzip
@@ -12,6 +11,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+from grpo_common.errors import first_line
 
 FORMATS = {".jsonl": "jsonl", ".json": "json", ".csv": "csv", ".tsv": "tsv", ".parquet": "parquet"}
 SUPPORTED = ".jsonl, .json, .csv, .tsv or .parquet"
@@ -145,10 +146,9 @@ def read(key: tuple) -> Table:
     try:
         ds = datasets.load_dataset(where, subset, split=split)
     except Exception as err:  # noqa: BLE001 - offline, unknown name, unknown split, missing subset...
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ValueError(
-            f"path '{where}' is not a local file, and loading it as a {label} failed: {first}. Without "
-            "internet a hub dataset loads only from the local HF cache; otherwise give a local file: "
+            f"path '{where}' is not a local file, and loading it as a {label} failed: {first_line(err)}. "
+            "Without internet a hub dataset loads only from the local HF cache; otherwise give a local file: "
             f"{SUPPORTED}"
         ) from None
     return Table(label, list(ds.column_names), len(ds), ds)

@@ -1,8 +1,7 @@
-"""Training problems drawn on the fly at each task's current level. Index `i` is one problem per level,
-drawn by reasoning-gym's composite from `seed + i`, so every completion of a group (TRL fetches them by the
-same index) gets the same problem; a held-out question is redrawn from `i + size`, `i + 2 * size`, ... A
-level change rebuilds that task's generator, as reasoning-gym's `CurriculumExperiment` does.
-"""
+"""Training problems drawn on the fly at each task's current level. Index `i` is one problem per level, drawn
+by reasoning-gym's composite from `seed + i`, so every completion of a group (TRL fetches them by the same
+index) gets the same problem; a held-out question is redrawn from `i + size`, `i + 2 * size`, ... A level
+change rebuilds that task's generator, as reasoning-gym's `CurriculumExperiment` does."""
 
 from collections.abc import Mapping
 from typing import Any

@@ -1,7 +1,7 @@
 """`python_functions`: procedural Python functions with generated tests, a code task (tasks/code.py).
 
-"Write a Python function `add_7(x)` that returns x plus 7.": a template of `TEMPLATES` with a digit k and
-a letter c drawn, and `num_tests` asserts on arguments drawn for it.
+"Write a Python function `add_7(x)` that returns x plus 7.": a template of `TEMPLATES` with a number k and
+a letter c drawn, an example input shown in the question, and `num_tests` asserts on other inputs.
 """
 
 import functools
@@ -172,23 +172,34 @@ class PythonFunctionsDataset(CodeDataset):
         rng = Random(self.seed + idx)
         name = rng.choice(self.names)
         signature, description, body, make_input = TEMPLATES[name]
-        k, c = rng.randint(2, 9), rng.choice("abcdefgh")
+        # k from 2..20: enough distinct functions that an eval can hold out two dozen and training keep more
+        k, c = rng.randint(2, 20), rng.choice("abcdefgh")
         signature, description, body = (t.format(k=k, c=c) for t in (signature, description, body))
         entry_point = signature.split("(")[0]
         answer = f"def {signature}:\n    {body}\n"
         reference = _reference(answer, entry_point)
-        inputs, tries = [], 0
+        # The example is drawn apart from the tests and never one of them: with it among the tests, a program
+        # that returns the example's output passed every test of some problems.
+        example, inputs, tries = make_input(rng), [], 0
         while len(inputs) < self.config.num_tests:  # distinct inputs where the input space allows
             arg, tries = make_input(rng), tries + 1
-            if arg not in inputs or tries > 20 * self.config.num_tests:
+            if tries > 20 * self.config.num_tests or (arg != example and arg not in inputs):
                 inputs.append(arg)
         tests = tuple((f"assert candidate({a!r}) == {reference(a)!r}", True) for a in inputs)
         suite = TestSuite(entry_point, tests)
         question = (
             f"Write a Python function `{signature}` that {description}.\n"
-            f"Example: {entry_point}({inputs[0]!r}) returns {reference(inputs[0])!r}.\n{INSTRUCTION}"
+            f"Example: {entry_point}({example!r}) returns {reference(example)!r}.\n{INSTRUCTION}"
         )
-        return self.entry(idx, question, answer, suite, template=name)
+        return self.entry(
+            idx,
+            question,
+            answer,
+            suite,
+            template=name,
+            example_input=example,
+            example_output=reference(example),
+        )
 
 
 register_dataset(NAME, PythonFunctionsDataset, PythonFunctionsConfig)

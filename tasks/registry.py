@@ -28,6 +28,8 @@ OWN_TASKS = {
     "python_functions": "tasks.python_functions",
 }
 CODE_TASKS = {"humaneval", "code_file", "python_functions"}  # answered by programs, run against tests
+# dataset.holdout: what an eval problem keeps out of training (auto: function for a code task, else question)
+HOLDOUTS = ("question", "function", "template")
 MANAGED_KEYS = {"seed", "size"}  # in every reasoning-gym config; the recipe sets them (dataset.seed, sizes)
 JUDGED_KEPT = 4096  # verdicts TaskSet.judge remembers (a few steps' completions and an eval)
 NOT_TASKS = {
@@ -42,6 +44,42 @@ def available_tasks() -> list[str]:
 
 def is_code_task(name: str) -> bool:
     return name in CODE_TASKS
+
+
+def holdout_of(task: str, setting: str = "auto") -> str:
+    """What an eval problem of `task` keeps out of training under `dataset.holdout=setting`: auto is the
+    function asked for in a code task (a problem differs from another of that function only by its example
+    input), the question otherwise."""
+    if setting == "auto":
+        return "function" if is_code_task(task) else "question"
+    if setting not in HOLDOUTS:
+        raise ConfigError(f"dataset.holdout={setting!r}: expected auto, {', '.join(HOLDOUTS)}")
+    if setting != "question" and not is_code_task(task):
+        raise ConfigError(
+            f"dataset.holdout={setting}: task '{task}' is not a code task and has no {setting} to hold out; "
+            f"it accepts question or auto ({setting} holds out code tasks: {', '.join(sorted(CODE_TASKS))})"
+        )
+    return setting
+
+
+def normalised(question: str) -> str:
+    """A question as eval sets and the hold-out compare it: lower case, whitespace collapsed."""
+    return " ".join(str(question).lower().split())
+
+
+def holdout_key(entry: Mapping[str, Any], setting: str = "auto") -> str:
+    """What an entry or row holds out of training under `dataset.holdout=setting`: its normalised question,
+    or a code task's function (its entry point with the drawn k/c: `clamp_5`) or template, read from its
+    metadata under the task's `holdout_fields`."""
+    metadata = entry["metadata"]
+    metadata = json.loads(metadata) if isinstance(metadata, str) else metadata
+    task = str(entry.get("task") or metadata.get("source_dataset"))
+    mode = holdout_of(task, setting)
+    if mode != "question":
+        value = metadata.get(registered(task)[0].holdout_fields[mode])
+        if value not in (None, ""):  # a code_file row without an entry point is its own function
+            return f"{task}:{mode}:{value}"
+    return "question:" + normalised(entry["question"])
 
 
 def registered(name: str) -> tuple[type, type] | None:
@@ -64,35 +102,40 @@ def _suggest(bad: str, choices: list[str]) -> str:
     return f" Did you mean: {', '.join(close)}?" if close else ""
 
 
-def validate_tasks(tasks: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """Check every task name, config key and value; return `{name: {weight, config}}`."""
+def validate_tasks(tasks: Mapping[str, Any], where: str | None = None) -> dict[str, dict[str, Any]]:
+    """Check every task name, config key and value; return `{name: {weight, config}}`. `where`: the config
+    path of a single task set elsewhere (`eval.transfer.<key>`); by default each is `dataset.tasks.<name>`."""
     if not isinstance(tasks, Mapping) or not tasks:
         raise ConfigError("dataset.tasks must be a non-empty mapping of task name -> {weight, config}")
     names, out = available_tasks(), {}
+    group = f"{where}.task" if where else "dataset.tasks"
+
+    def path(name: str) -> str:
+        return where or f"dataset.tasks.{name}"
+
     for name, spec in tasks.items():
         spec = dict(spec or {})
         if unknown := set(spec) - {"weight", "config"}:
             raise ConfigError(
-                f"dataset.tasks.{name}: unknown key(s) {sorted(unknown)}; each task takes 'weight' and "
-                "'config'"
+                f"{path(name)}: unknown key(s) {sorted(unknown)}; each task takes 'weight' and 'config'"
             )
         weight = spec.get("weight", 1.0)
         if not isinstance(weight, (int, float)) or weight <= 0:
-            raise ConfigError(f"dataset.tasks.{name}.weight must be a positive number, got {weight!r}")
+            raise ConfigError(f"{path(name)}.weight must be a positive number, got {weight!r}")
         out[str(name)] = {"weight": float(weight), "config": dict(spec.get("config") or {})}
     for name, spec in out.items():
         if name in NOT_TASKS:
-            raise ConfigError(f"dataset.tasks: '{name}': {NOT_TASKS[name]}")
+            raise ConfigError(f"{group}: '{name}': {NOT_TASKS[name]}")
         if name not in names:
             raise ConfigError(
-                f"dataset.tasks: unknown task '{name}'.{_suggest(name, names)} "
+                f"{group}: unknown task '{name}'.{_suggest(name, names)} "
                 f"({len(names)} tasks available: `python -m tasks` lists them)"
             )
         keys = task_config_keys(name)
         for key in spec["config"]:
             if key not in keys:
                 raise ConfigError(
-                    f"dataset.tasks.{name}.config: unknown key '{key}'.{_suggest(key, keys)} "
+                    f"{path(name)}.config: unknown key '{key}'.{_suggest(key, keys)} "
                     f"Accepted keys: {', '.join(keys) or '(none)'}"
                 )
         try:
@@ -100,19 +143,26 @@ def validate_tasks(tasks: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
             if hasattr(config, "validate"):
                 config.validate()
         except (AssertionError, ValueError, TypeError) as err:
-            raise ConfigError(
-                f"dataset.tasks.{name}.config is invalid: {err or type(err).__name__}"
-            ) from None
+            raise ConfigError(f"{path(name)}.config is invalid: {err or type(err).__name__}") from None
     return out
 
 
 class TaskSet:
-    """A mixture of tasks (weights: sampling probabilities) with their verifiers, reading `prompt_format`."""
+    """A mixture of tasks (weights: sampling probabilities) with their verifiers, reading `prompt_format`;
+    `holdout` (dataset.holdout) says what an eval problem keeps out of training (`key`)."""
 
-    def __init__(self, tasks: Mapping[str, Any], prompt_format: str = "plain"):
-        self.spec = validate_tasks(tasks)
+    def __init__(
+        self,
+        tasks: Mapping[str, Any],
+        prompt_format: str = "plain",
+        holdout: str = "auto",
+        where: str | None = None,
+    ):
+        self.spec = validate_tasks(tasks, where)
         formats.get_format(prompt_format)  # an unknown name fails here, not at the first answer
         self.prompt_format = prompt_format
+        self.holdout = {name: holdout_of(name, holdout) for name in self.spec}  # a task that cannot: refused
+        self.holdout_setting = holdout
         self._scorer = self._composite(size=1, seed=0)
         # one verification per completion, shared by a step's rewards and a later eval of the same text
         self._judged: OrderedDict[str, tuple[Extraction, float]] = OrderedDict()
@@ -125,8 +175,43 @@ class TaskSet:
         specs = [DatasetSpec(name, s["weight"], dict(s["config"])) for name, s in self.spec.items()]
         return CompositeDataset(CompositeConfig(size=size, seed=seed, datasets=specs))
 
-    def sample(self, size: int, seed: int, exclude_questions: set[str] | None = None) -> list[dict[str, Any]]:
-        return [e for e in self._composite(size, seed) if e["question"] not in (exclude_questions or ())]
+    def score_too(self, other: "TaskSet") -> None:
+        """Verify `other`'s tasks as well (a transfer set's task that is not trained on), by their own
+        verifiers; what this set trains on is unchanged."""
+        for name in other.names:
+            self._scorer.datasets.setdefault(name, other._scorer.datasets[name])
+
+    def key(self, entry: Mapping[str, Any]) -> str:
+        """An entry's or row's hold-out key (`holdout_key`) under this set's `dataset.holdout`."""
+        return holdout_key(entry, self.holdout_setting)
+
+    def sample(
+        self, size: int, seed: int, exclude_questions: set[str] | None = None, exclude_keys: set[str] = ()
+    ) -> list[dict[str, Any]]:
+        """`size` draws from `seed`, less those whose question or hold-out key is excluded."""
+        return [
+            e
+            for e in self._composite(size, seed)
+            if e["question"] not in (exclude_questions or ())
+            and not (exclude_keys and self.key(e) in exclude_keys)
+        ]
+
+    def distinct(self, size: int, seed: int, exclude_keys=(), draws: int = 4096) -> tuple[list[dict], int]:
+        """Up to `size` problems in draw order from `seed` (the first of `sample(draws, seed)`), no two
+        with the same hold-out key or normalised question, none with a key in `exclude_keys`; and the draws
+        made."""
+        composite = self._composite(max(draws, size), seed)
+        keys, questions, out = set(exclude_keys), set(), []
+        for i in range(len(composite)):
+            entry = composite[i]
+            key, question = self.key(entry), normalised(entry["question"])
+            if key not in keys and question not in questions:
+                keys.add(key)
+                questions.add(question)
+                out.append(entry)
+                if len(out) == size:
+                    return out, i + 1
+        return out, len(composite)
 
     def extract(self, text: str, task: str | None) -> Extraction:
         """The answer in a completion: a code task's program is read as code whatever the prompt format asks
@@ -162,7 +247,7 @@ class TaskSet:
     def verifiers(self) -> dict[str, str]:
         """What each task's score means (the eval's JSON and the report say it)."""
         default = "the task's own verifier (score_answer), correct at a score of 1"
-        found = {name: self._scorer.datasets[name] for name in self.names}
+        found = self._scorer.datasets  # the trained tasks, then those only evaluated (score_too)
         return {name: d.verifier() if hasattr(d, "verifier") else default for name, d in found.items()}
 
     def score(self, answer: str | None, entry: Mapping[str, Any]) -> float:

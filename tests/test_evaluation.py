@@ -158,7 +158,10 @@ def test_eval_runs_at_step_zero_every_n_and_at_the_end(tiny_run):
     assert files == ["eval_step_0.json", "eval_step_2.json", "eval_step_3.json"]
     final = json.loads((out / "eval_results" / "eval_step_3.json").read_text())
     assert final["step"] == 3 and final["metrics"]["accuracy"] == accuracy
-    assert len(final["examples"]) == 6  # eval.size per task, one task
+    # eval.size per task, one task; the default's transfer set too (the first and last evals), marked apart
+    assert [e.get("eval_set") for e in final["examples"]] == [None] * 6 + ["transfer"] * 6
+    middle = json.loads((out / "eval_results" / "eval_step_2.json").read_text())
+    assert [e.get("eval_set") for e in middle["examples"]] == [None] * 6
     assert {"question", "answer", "completion", "extracted", "score", "correct", "task", "rule"} <= set(
         final["examples"][0]
     )
@@ -279,7 +282,9 @@ def test_train_stats_groups_and_tasks():
 def test_report_is_written_with_plots(tiny_run):
     out, _, _ = tiny_run
     report = (out / "report.md").read_text()
-    assert "Fixed-eval accuracy" in report and "| task | accuracy | change |" in report
+    assert (
+        "Fixed-eval accuracy (greedy)" in report and "| task | greedy accuracy | change | chance |" in report
+    )
     for png in ["accuracy.png", "reward.png", "length_format.png", "entropy_kl.png"]:
         assert f"]({png})" in report
         data = (out / png).read_bytes()
@@ -321,10 +326,11 @@ def test_callback_runs_each_step_once_and_a_resume_reads_its_earlier_evals(tmp_p
 
     class Evaluator:
         def __init__(self):
-            self.calls = []
+            self.calls, self.marks = [], []
 
-        def run(self, generator, accelerator, step, out_dir):
+        def run(self, generator, accelerator, step, out_dir, first, last, chance):
             self.calls.append((step, generator))
+            self.marks.append((first, last))
             out_dir.mkdir(parents=True, exist_ok=True)
             (out_dir / f"eval_step_{step}.json").write_text(json.dumps({"metrics": {"accuracy": step / 10}}))
             return {"accuracy": step / 10}, []
@@ -337,6 +343,8 @@ def test_callback_runs_each_step_once_and_a_resume_reads_its_earlier_evals(tmp_p
             every_n_steps=2,
             accelerator=None,
             send_logs=lambda logs, state: sent.append((state.global_step, logs)),
+            hacking_window=10,
+            hacking_drop=0.05,
             vllm_generator=lambda m: ("vllm", m),  # the transformers path: the e2e tests
             **kwargs,
         )
@@ -352,9 +360,17 @@ def test_callback_runs_each_step_once_and_a_resume_reads_its_earlier_evals(tmp_p
         cb.on_step_end(None, state, None, model=model)
     cb.on_train_end(None, state, None, model=model)
     assert [step for step, _ in evaluator.calls] == [0, 2, 3]
+    assert evaluator.marks == [(True, False), (False, False), (False, True)]  # (first, last)
     assert all(generator == ("vllm", model) for _, generator in evaluator.calls) and model.training
-    assert sent == [(s, {"eval_accuracy": s / 10}) for s in (0, 2, 3)]
-    assert cb.history == {0: {"accuracy": 0.0}, 2: {"accuracy": 0.2}, 3: {"accuracy": 0.3}}
+    # the evals after the first are checked for reward hacking (nothing logged here: not raised)
+    assert sent == [(0, {"eval_accuracy": 0.0})] + [
+        (s, {"eval_accuracy": s / 10, "eval_reward_hacking": 0}) for s in (2, 3)
+    ]
+    assert cb.history == {
+        0: {"accuracy": 0.0},
+        2: {"accuracy": 0.2, "reward_hacking": 0},
+        3: {"accuracy": 0.3, "reward_hacking": 0},
+    }
     # resumed at step 2: steps 0 and 2 read back (not 3, after the checkpoint), none evaluated again;
     # stopped early at step 3, it evaluates at the end unless the stop was a signal's
     for signalled, expected in ((True, []), (False, [3])):
@@ -366,3 +382,4 @@ def test_callback_runs_each_step_once_and_a_resume_reads_its_earlier_evals(tmp_p
         resumed.on_step_end(None, state, None, model=model)
         resumed.on_train_end(None, state, None, model=model)
         assert [step for step, _ in resumed.evaluator.calls] == expected
+        assert resumed.evaluator.marks == [(False, True)] * len(expected)  # not the first: step 0 was

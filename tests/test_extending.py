@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_recipes.config.knobs import knob_table
+from grpo_recipes.config.__main__ import knob_table
 from tests.conftest import ROOT
 
 README = (ROOT / "README.md").read_text()

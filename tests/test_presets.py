@@ -29,6 +29,8 @@ def _run(tmp_path, preset: str, *overrides: str):
     train = [
         r for r in read_jsonl(run_dir / "metrics.jsonl") if r["split"] == "train" and "train/reward" in r
     ]
+    for result in evals.values():  # the fixed eval's examples: a preset's transfer set is marked eval_set
+        result["examples"] = [e for e in result["examples"] if e.get("eval_set") is None]
     return run_dir, evals, train
 
 

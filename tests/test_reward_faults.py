@@ -123,3 +123,38 @@ def test_a_full_disk_while_saving_stops_in_one_line_and_keeps_the_earlier_checkp
     assert "Resuming from" in again.stdout and "checkpoint-2" in again.stdout
     assert train_steps(run) == [1, 2, 3, 4, 5, 6]
     assert json.loads((run / "train_results.json").read_text())["final_eval_step"] == 6
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        OSError(28, "No space left on device", "RUN/metrics.jsonl"),  # an append to the metrics
+        OSError(28, "No space left on device", "RUN/report.md"),  # the report
+        RuntimeError(
+            "[enforce fail at inline_container.cc:664] . PytorchStreamWriter failed writing file "
+            "data/3: file write failed"
+        ),  # torch.save's zip writer names no errno
+        RuntimeError("Error while serializing: IoError(Os { code: 28, kind: StorageFull })"),  # safetensors
+    ],
+)
+def test_a_full_disk_is_one_line_whichever_writer_hit_it(error, tmp_path, monkeypatch, capsys):
+    import collections
+    import shutil
+
+    from grpo_recipes.train.stopping import full_disk
+
+    run = tmp_path / "r"
+    (run / ".saving" / "checkpoint-4").mkdir(parents=True)
+    if isinstance(error, OSError):
+        error.filename = error.filename.replace("RUN", str(run))
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10 * 2**30, 10 * 2**30 - 2**20, 2**20))
+    cfg = {"output_dir": str(run), "output_root": str(tmp_path), "run_name": "r"}
+    assert full_disk(error, cfg)
+    said = capsys.readouterr().err.strip().splitlines()
+    assert len(said) == 1 and said[0].startswith(f"error: no space left on the device writing {run}")
+    assert "(1 MiB free there)" in said[0] and said[0].endswith(
+        f"run_name=r output_root={tmp_path} resume=true"
+    )
+    assert not (run / ".saving").exists()  # the cut-short save's space is given back
+    assert not full_disk(ValueError("not a disk"), cfg)

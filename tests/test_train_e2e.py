@@ -60,15 +60,19 @@ def test_embedded_run_json_fields(embedded_run):
     assert results["baseline_eval_accuracy"] == evals[0]["metrics"]["accuracy"]
     assert results["final_eval_accuracy"] == evals[2]["metrics"]["accuracy"]
     for step, ev in evals.items():
-        assert ev["step"] == step and len(ev["examples"]) == 8
+        fixed = [e for e in ev["examples"] if "eval_set" not in e]
+        # the transfer set (3-term additions) is scored at the first and the last eval only, apart
+        transfer = [e for e in ev["examples"] if e.get("eval_set") == "transfer"]
+        assert ev["step"] == step and len(fixed) == 8 and len(transfer) == (0 if step == 1 else 8)
+        assert ("transfer/accuracy" in ev["metrics"]) == (step != 1)
         assert 0.0 <= ev["metrics"]["accuracy"] <= 1.0
         assert ev["metrics"]["basic_arithmetic/accuracy"] == ev["metrics"]["accuracy"]
-        for e in ev["examples"]:
+        for e in fixed:
             assert e["task"] == "basic_arithmetic" and re.fullmatch(r"Calculate \d+ \+ \d+\.", e["question"])
             assert e["correct"] == (e["score"] >= 1.0)
             assert e["correct"] == (e["extracted"] == e["answer"])
             assert 1 <= e["length"] <= 16
-    # the same fixed problems at every eval
+    # the same problems at every eval
     assert [e["question"] for e in evals[0]["examples"]] == [e["question"] for e in evals[2]["examples"]]
 
 
@@ -170,7 +174,10 @@ def test_cfg_job_prints_the_config_and_runs_nothing(tmp_path):
 
 
 def _without_timing(metrics):
-    return {k: v for k, v in metrics.items() if k != "seconds"}
+    """The eval's own numbers: not its time, nor what it says in its run (eval_only is a run's first eval,
+    which scores the chance line; a trained run's later evals check for reward hacking)."""
+    run_context = ("seconds", "reward_hacking")
+    return {k: v for k, v in metrics.items() if k not in run_context and not k.startswith("chance/")}
 
 
 def test_eval_only_on_the_final_model_reproduces_the_final_eval(embedded_run, tmp_path):

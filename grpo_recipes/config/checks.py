@@ -1,9 +1,7 @@
-"""The config check: every knob's value against its declaration (knobs.py), then the rules that span
-knobs, checked before anything is loaded or written. `check_values` is import-light (no torch, TRL
-or reasoning-gym), so a mistake costs a second. GRPOConfig fields the recipe does not declare are
-type-checked against TRL's own dataclass, and TRL's own rules applied, when the config is built
-(trainer_args.py).
-"""
+"""The config check: every knob's value against its declaration (knobs.py), then the rules that span knobs,
+checked before anything is loaded or written. `check_values` is import-light (no torch, TRL or reasoning-gym),
+so a mistake costs a second. GRPOConfig fields the recipe does not declare are type-checked against TRL's own
+dataclass, and TRL's own rules applied, when the config is built (trainer_args.py)."""
 
 from __future__ import annotations
 
@@ -30,9 +28,8 @@ def check_values(cfg: Mapping[str, Any], world_size: int | None = None) -> None:
         found, section = lookup(cfg, group) if group else (True, cfg)
         if found and isinstance(section, Mapping):
             prefix = f"{group}." if group else ""
-            known = {k[len(prefix) :].split(".")[0] for k in SCHEMA if k.startswith(prefix)} | (
-                set() if group else {*GROUPS, *OPEN_GROUPS} - {""}
-            )
+            known = {k[len(prefix) :].split(".")[0] for k in SCHEMA if k.startswith(prefix)}
+            known |= set() if group else {*GROUPS, *OPEN_GROUPS} - {""}
             for key in section:
                 if key not in known:
                     raise ConfigError(unknown_key_message(f"{prefix}{key}", sorted(known)))
@@ -92,15 +89,9 @@ def check_config(cfg: Mapping[str, Any], world_size: int | None = None) -> list[
             f"eval.seed={cfg['eval']['seed']}: must differ from dataset.seed so that train and eval "
             "sets differ"
         )
-    # the factories check their options; the scorer is never called here
-    _, weights = build_rewards(
-        dataset["rewards"],
-        RewardContext(
-            scorer=lambda answer, entry: 0.0,
-            prompt_format=dataset["prompt_format"],
-            max_completion_length=cfg["grpo"].get("max_completion_length"),
-        ),
-    )
+    max_length = cfg["grpo"].get("max_completion_length")
+    ctx = RewardContext(lambda answer, entry: 0.0, dataset["prompt_format"], max_length)  # never scores here
+    _, weights = build_rewards(dataset["rewards"], ctx)  # the factories check their options
     check_curriculum(cfg)
     try:
         check_settings(**cfg["sandbox"])
@@ -133,8 +124,7 @@ def check_batch(grpo: Mapping[str, Any], world_size: int) -> None:
 
 
 def check_dynamic_sampling(per_process_batch: int, num_generations: int, where: str) -> None:
-    """Dynamic sampling filters groups on each process: each process's generation batch must hold whole
-    groups."""
+    """Dynamic sampling filters groups on each process: each process's generation batch holds whole groups."""
     if per_process_batch % num_generations:
         raise ConfigError(
             f"grpo.dynamic_sampling=true: {where} = {per_process_batch} completions per process is not a "
@@ -180,10 +170,8 @@ def check_curriculum(cfg: Mapping[str, Any]) -> None:
                     f"dataset.tasks.{name}.config at curriculum level {level} is invalid: "
                     f"{err or type(err).__name__} (the level sets its curriculum's fields over this config)"
                 ) from None
-    rewards = cfg["dataset"]["rewards"]
-    if not any(
-        spec is not None and spec.get("fn", name) in VERDICT_REWARDS for name, spec in rewards.items()
-    ):
+    used = {spec.get("fn", name) for name, spec in cfg["dataset"]["rewards"].items() if spec is not None}
+    if not used & set(VERDICT_REWARDS):
         raise ConfigError(
             "dataset.curriculum.enabled=true needs a reward that judges every completion, whose verdicts "
             f"drive the levels: add one of {', '.join(VERDICT_REWARDS)} to dataset.rewards (weight 0 is fine)"
@@ -202,8 +190,7 @@ def check_curriculum(cfg: Mapping[str, Any]) -> None:
 
 
 def unknown_key_message(key: str, known: list[str]) -> str:
-    leaf = key.rsplit(".", 1)[-1]
-    close = difflib.get_close_matches(leaf, known, n=3, cutoff=0.6)
+    close = difflib.get_close_matches(key.rsplit(".", 1)[-1], known, n=3, cutoff=0.6)
     hint = f" Did you mean: {', '.join(close)}?" if close else ""
     if key in MODEL_FIELDS or f"grpo.{key}" in SCHEMA:  # TRL's spelling, in a YAML file (cli.py takes it)
         hint = trl_hint(key)

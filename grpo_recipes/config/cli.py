@@ -19,18 +19,10 @@ OPEN_PREFIXES = ("grpo.", "dataset.tasks.", "dataset.rewards.", "sandbox.")
 
 
 def rewrite_argv(argv: list[str], config_dir: Path) -> list[str]:
-    """Command-line sugar, before Hydra parses it.
-
-    `model=<hub id or path>` -> `model=custom model.path=<it>` when it names no model config and is
-    a local path or a hub id (org/name); a hub id a preset is for picks that preset
-    (`model=Qwen/Qwen2.5-0.5B-Instruct` -> `model=qwen2_5_0_5b`).
-
-    `model=smollm2_135m` still picks config/model/smollm2_135m.yaml; sweeps (`a,b`) are left alone.
-    Also: `grpo.x=1` -> `++grpo.x=1` (see OPEN_PREFIXES), and -m/--multirun moves to the front.
-    TRL's spelling (MODEL_FIELDS) becomes ours: `model_name_or_path=X` as `model=X`, `lora_r=8` ->
-    `model.lora.r=8`, a GRPOConfig field at the top level (`num_generations=4`) -> `grpo.num_generations=4`,
-    `report_to=wandb` -> `logger=wandb` (the logger option also sets where its files go).
-    """
+    """Command-line sugar, before Hydra parses it: `model=<hub id or local path>` -> `model=custom
+    model.path=<it>`, or the preset for that hub id (ModelOptions); TRL's spelling into ours
+    (`model_name_or_path=X` as `model=X`, MODEL_FIELDS, `num_generations=4` -> `grpo.num_generations=4`,
+    `report_to=wandb` -> `logger=wandb`); `grpo.x=1` -> `++grpo.x=1` (OPEN_PREFIXES); -m to the front."""
     models = ModelOptions(config_dir / "model")
     loggers = {p.stem for p in (config_dir / "logger").glob("*.yaml")}
     ours = (

@@ -32,7 +32,6 @@ from grpo_recipes.config.values import (
     Float,
     Int,
     Value,
-    show,
 )
 
 OPT_BOOL = Value("bool", optional=True)
@@ -84,6 +83,9 @@ class Eval:
     do_sample: bool = knob(False, BOOL, "false: greedy", resume=True)
     temperature: float = knob(1.0, Float(above=0), "used only when do_sample=true", resume=True)
     print_examples: int = knob(2, STEPS, "problems shown in the console at each eval", resume=True)
+    hacking_window: int = knob(10, COUNT, "reward-hacking alarm: train steps per reward mean", resume=True)
+    hacking_drop: float = knob(0.05, PROB, "reward-hacking alarm: accuracy fall that raises it", resume=True)
+    transfer: dict = knob({}, Value("dict"), "held-out variants: key -> {task, config}", resume=True)
     pass_k: PassK = field(default_factory=PassK)
 
 
@@ -128,6 +130,11 @@ class Dataset:
     train_size: int = knob(2000, COUNT, "training problems")
     seed: int = knob(1, Int(0), "the training problems' seed")
     tasks: dict = knob({}, Value("dict"), "task -> {weight, config}")
+    holdout: str = knob(
+        "auto",
+        Choice("auto", "question", "function", "template"),
+        "what eval problems keep out of training: auto = function (code), else question",
+    )
     rewards: dict = knob(
         {"accuracy": {"weight": 1.0, "mode": "binary"}, "format": {"weight": 0.2, "mode": "strict"}},
         Value("dict"),
@@ -280,15 +287,3 @@ def register() -> None:
     store.store(group="dataset", name="base", node=defaults(Dataset))  # your dataset files: [base@_here_]
     for group, cls in (("eval", Eval), ("sandbox", Sandbox), ("grpo", GRPO)):
         store.store(group=group, name="default", node=defaults(cls))
-
-
-def knob_table() -> str:
-    """The README's config table: every declared knob, its default, what it accepts, and its doc."""
-    rows = ["| knob | default | accepts | resume may change | what it does |", "|---|---|---|---|---|"]
-    for key, f in KNOBS.items():
-        value = f.default_factory() if f.default is dataclasses.MISSING else f.default
-        shown = "TRL's" if value is TRL_DEFAULT else f"`{show(value)}`"
-        accepts = f.metadata["accepts"].describe().replace("|", "\\|")
-        resume = "yes" if f.metadata["resume"] else ""
-        rows.append(f"| `{key}` | {shown} | {accepts} | {resume} | {f.metadata['doc'].replace('|', '/')} |")
-    return "\n".join(rows)

@@ -1,13 +1,11 @@
 """The command line, checked before Hydra runs a job: group options, keys, values and the run dir.
 
-Hydra creates the run directory before the job starts, so a mistake found inside the job would
-leave one behind; here nothing exists yet. Every job of a sweep is checked before the first runs
-(each swept value once). A resume is planned here too: the run's own saved overrides replace the
-command's (resume.py), so Hydra composes exactly the run that is continued.
-Values are checked first with Hydra and OmegaConf alone, so a wrong value costs about a second;
-the registries (tasks, rewards) and TRL's own rules come next, in this process, which the job then
-reuses.
-"""
+Hydra creates the run directory before the job starts, so a mistake found inside the job would leave one
+behind; here nothing exists yet. Every job of a sweep is checked before the first runs (each swept value
+once). A resume is planned here too: the run's own saved overrides replace the command's (resume.py), so Hydra
+composes exactly the run that is continued. Values are checked first with Hydra and OmegaConf alone, so a
+wrong value costs about a second; the registries (tasks, rewards) and TRL's own rules come next, in this
+process, which the job then reuses."""
 
 from __future__ import annotations
 
@@ -20,14 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_common.errors import ConfigError
+from grpo_common.errors import ConfigError, first_line
+from grpo_recipes.config import resume
 from grpo_recipes.config.checks import check_config, check_values, unknown_key_message
 
 # Hydra's own informational flags: they run no job, so nothing is checked.
-INFO_FLAGS = (
-    *("--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc"),
-    *("--version", "--resolve", "--package", "-p", "--experimental-rerun"),
-)
+INFO_FLAGS = ("--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc")
+INFO_FLAGS += ("--version", "--resolve", "--package", "-p", "--experimental-rerun")
 MAX_JOBS_PLANNED = 512  # a bigger sweep is checked one swept value at a time
 
 
@@ -78,7 +75,7 @@ def expand(line: CommandLine) -> tuple[list[list[str]], bool]:
     try:
         parsed = OverridesParser.create().parse_overrides(line.overrides)
     except OverrideParseException as err:
-        raise ConfigError(f"{_first_line(err)} (overrides are key=value; quote values with spaces)") from None
+        raise ConfigError(f"{first_line(err)} (overrides are key=value; quote values with spaces)") from None
     lists, plannable = [], True
     for o in parsed:
         if not o.is_sweep_override():
@@ -113,12 +110,9 @@ def compose(
     from grpo_recipes.config.knobs import register
 
     register()  # the declared defaults (train_grpo.py registers them too; tests call this directly)
-    search = (
-        [f"hydra.searchpath=[{','.join('file://' + d for d in line.search_dirs)}]"]
-        if line.search_dirs
-        else []
-    )
-    search += [f"hydra.job.num={job_num}"] if job_num is not None else []
+    search = [f"hydra.job.num={job_num}"] if job_num is not None else []
+    if line.search_dirs:
+        search.append(f"hydra.searchpath=[{','.join('file://' + d for d in line.search_dirs)}]")
     if line.config_path is not None:
         config_dir = config_dir.parent / line.config_path  # relative to train_grpo.py, as Hydra reads it
     error = None
@@ -134,37 +128,27 @@ def compose(
     if error is not None:  # outside the block: naming an unknown key composes the config again
         raise ConfigError(_composition_error(error, config_dir, line, overrides))
     try:
-        if job_num is None:
-            run_dir = Path(OmegaConf.select(cfg, "hydra.run.dir"))
-        else:
-            run_dir = Path(OmegaConf.select(cfg, "hydra.sweep.dir")) / str(
-                OmegaConf.select(cfg, "hydra.sweep.subdir")
-            )
+        hydra = cfg.hydra
+        run_dir = Path(hydra.run.dir) if job_num is None else Path(hydra.sweep.dir, str(hydra.sweep.subdir))
         if hydra_cfg is not None:
-            hydra_cfg.update(
-                launcher=OmegaConf.select(cfg, "hydra.launcher._target_"),
-                sweeper=OmegaConf.select(cfg, "hydra.sweeper._target_"),
-            )
+            hydra_cfg.update(launcher=hydra.launcher._target_, sweeper=hydra.sweeper._target_)
         with open_dict(cfg):
             cfg.output_dir = os.path.abspath(run_dir)  # as Hydra sets ${hydra:runtime.output_dir} in the job
             del cfg["hydra"]
         return OmegaConf.to_container(cfg, resolve=True), run_dir
     except OmegaConfBaseException as err:
-        raise ConfigError(f"{_first_line(err)}") from None
+        raise ConfigError(first_line(err)) from None
 
 
 def _missing_option(err) -> str:
     missing = err.missing_cfg_file or ""
     if err.options is None or "/" not in missing:
-        return _first_line(err)
+        return first_line(err)
     group, value = missing.rsplit("/", 1)
     close = difflib.get_close_matches(value, err.options, n=3, cutoff=0.5)
     hint = f" Did you mean: {', '.join(close)}?" if close else ""
-    extra = (
-        " (a model of your own: model=<org/name> or model=<local dir>, or model=custom model.path=<it>)"
-        if group == "model"
-        else ""
-    )
+    own = " (a model of your own: model=<org/name> or model=<local dir>, or model=custom model.path=<it>)"
+    extra = own if group == "model" else ""
     return f"{group}={value}: no such option.{hint} Options: {', '.join(sorted(err.options))}{extra}"
 
 
@@ -176,29 +160,23 @@ def _composition_error(err, config_dir: Path, line: CommandLine, overrides: list
 
     match = re.search(r"Could not override '([^']+)'", str(err))
     if not match:
-        return _first_line(err)
+        return first_line(err)
     key = match.group(1)
     rest = [o for o in overrides if o.lstrip("+~").split("=", 1)[0] != key]
     try:
         cfg, _ = compose(config_dir, line, rest)
     except ConfigError:
-        return _first_line(err)
+        return first_line(err)
     root = OmegaConf.create(cfg)
     parent = OmegaConf.select(root, key.rpartition(".")[0]) if "." in key else root
     if not hasattr(parent, "keys"):  # the unknown part is higher up (`evall.size`): name that
         head = key.split(".")[0]
-        return unknown_key_message(head, sorted(root.keys())) if head not in root else _first_line(err)
+        return unknown_key_message(head, sorted(root.keys())) if head not in root else first_line(err)
     return unknown_key_message(key, sorted(parent.keys()))
-
-
-def _first_line(err: BaseException) -> str:
-    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
 
 
 def check(argv: list[str], config_dir: Path) -> list[str]:
     """Check every job of the command; returns the argv Hydra should run (a resume: the run's own)."""
-    from grpo_recipes.config import resume
-
     line = parse(argv)
     if line is None:
         return argv
@@ -216,22 +194,19 @@ def check(argv: list[str], config_dir: Path) -> list[str]:
     ]
     for cfg, _ in jobs:  # every value first: a typo in a sweep's last job costs no import
         check_values(cfg)
-    if not line.multirun and not hydra_cfg.get("sweeper", "").endswith("BasicSweeper"):
+    basic_sweeper = hydra_cfg.get("sweeper", "").endswith("BasicSweeper")
+    if not line.multirun and not basic_sweeper:
         raise ConfigError(
             "a search (hparams_search=... or hydra/sweeper=...) runs many jobs: add -m, as in "
             "`python train_grpo.py -m hparams_search=lr_beta`"
         )
-    plannable = plannable and (not line.multirun or hydra_cfg.get("sweeper", "").endswith("BasicSweeper"))
-    main = int(os.environ.get("RANK", "0")) == 0
-    plans = (
-        [resume.plan_run(run_dir, cfg["resume"], cfg["eval_only"], main) for cfg, run_dir in jobs]
-        if plannable
-        else []
-    )
+    main, plans = int(os.environ.get("RANK", "0")) == 0, []
+    if plannable and basic_sweeper:  # otherwise each job plans its own (train/run.py)
+        plans = [resume.plan_run(run_dir, cfg["resume"], cfg["eval_only"], main) for cfg, run_dir in jobs]
     if not line.multirun and plans[0].action != "new":  # a resume: the run's own overrides, checked again
         argv, jobs = _resume(argv, config_dir, line, jobs[0][1], plans[0])
     elif plans and all(p.action == "finished" for p in plans):
-        for (cfg, run_dir), plan in zip(jobs, plans):
+        for cfg, run_dir in jobs:
             resume.check_finished(run_dir, cfg["max_steps"])
         print(
             f"every job of this sweep already finished: nothing to do, and nothing was changed "
@@ -264,8 +239,6 @@ def check_search(line: CommandLine) -> None:
 
 def _resume(argv: list[str], config_dir: Path, line: CommandLine, run_dir: Path, plan) -> tuple[list, list]:
     """The resumed run's own overrides with this command's on top: refused if they change what it learns."""
-    from grpo_recipes.config import resume
-
     saved = resume.saved_overrides(run_dir)
     overrides = resume.merge_overrides(saved, line.overrides) if saved is not None else line.overrides
     now, _ = compose(config_dir, line, overrides)

@@ -1,19 +1,12 @@
-"""A run's directory is the user's data: what a command may do with an existing one.
+"""A run's directory is the user's data: what a command may do with an existing one. `resume=false` (the
+default) starts a new run and refuses a directory that holds one, naming both ways out; `resume=true`
+continues it from its last checkpoint (from the start when it stopped before its first) and refuses when there
+is none; `resume=auto` continues an unfinished run or starts it (sweeps, requeues re-issuing one command).
 
-- `resume=false` (the default) starts a new run; a directory that already holds a run is refused,
-  with both ways out (a new run_name, or resume=true).
-- `resume=true` continues the run in outputs/<run_name> from its last checkpoint (from the start
-  when it stopped before its first one); with no run there it is refused.
-- `resume=auto` continues an unfinished run when there is one, and starts the run otherwise (for
-  sweeps and cluster requeues that re-issue the same command).
-
-A resume continues exactly what the run was: its own saved overrides (overrides.yaml, first entry)
-are composed again, so the command printed at a stop works as printed. Overrides given at resume
-may change only what does not change what is learned (the knobs declared `resume=True` in knobs.py:
-max_steps, eval sizes, logging, saving); they are recorded as a new entry of overrides.yaml, never
-over the first. A finished run (train_results.json) is never trained or rewritten: resuming it says
-so and changes nothing.
-
+A resume continues exactly what the run was: its own saved overrides (overrides.yaml) are composed again, so
+the command printed at a stop works as printed. Overrides given at resume may change only what does not change
+what is learned (the knobs declared `resume=True` in knobs.py), recorded as a new entry of overrides.yaml,
+never over the first. A finished run (train_results.json) is never trained or rewritten.
 Import-light: the command-line check (preflight.py) plans a run before Hydra creates anything.
 """
 
@@ -32,12 +25,6 @@ from grpo_recipes.config.values import lookup
 # Where the run lives: the plan has already found the directory, however it was spelled.
 IDENTITY = ("output_dir", "output_root", "run_name")
 RUN_FILES = ("config.yaml", "metrics.jsonl", "train_results.json")
-
-
-def holds_run(run_dir: Path) -> bool:
-    return run_dir.is_dir() and (
-        any((run_dir / f).exists() for f in RUN_FILES) or any(run_dir.glob("checkpoint-*"))
-    )
 
 
 def finished_step(run_dir: Path) -> int | None:
@@ -60,9 +47,11 @@ class RunPlan:
 def plan_run(run_dir: Path, resume: bool | str, eval_only: bool = False, main: bool = True) -> RunPlan:
     """What the command does with its run directory; a ConfigError when it may not.
 
-    `main`: rank 0. The other ranks of a launch never refuse a directory that holds a run, since
-    rank 0 may already have started writing this very run into it; they follow rank 0's decision."""
-    exists = holds_run(run_dir)
+    `main`: rank 0. The other ranks of a launch never refuse a directory that holds a run, since rank 0 may
+    already have started writing this very run into it; they follow rank 0's decision."""
+    exists = run_dir.is_dir() and (
+        any((run_dir / f).exists() for f in RUN_FILES) or any(run_dir.glob("checkpoint-*"))
+    )
     if eval_only:
         if exists and main:
             raise ConfigError(
@@ -132,10 +121,8 @@ def check_changes(run_dir: Path, saved: Mapping[str, Any], now: Mapping[str, Any
         more = f" and {len(refused) - 6} more" if len(refused) > 6 else ""
         raise ConfigError(
             f"resume of '{run_dir}': {shown}{more} would change what the run learns; a resume continues the "
-            "run as "
-            f"it was (its config.yaml). Only max_steps, eval.* (not eval.seed), logging and saving settings "
-            "may "
-            f"change: start a new run_name=... for the rest"
+            "run as it was (its config.yaml). Only max_steps, eval.* (not eval.seed), logging and saving "
+            "settings may change: start a new run_name=... for the rest"
         )
     return changed
 
@@ -159,8 +146,8 @@ def check_finished(run_dir: Path, max_steps: int) -> None:
     if step is not None and max_steps != step:
         raise ConfigError(
             f"max_steps={max_steps}: '{run_dir}' is a finished run (step {step}); a finished run is never "
-            "trained or "
-            f"rewritten. Start a new run_name=... (model={run_dir}/final starts from its final weights)"
+            f"trained or rewritten. Start a new run_name=... (model={run_dir}/final starts from its final "
+            "weights)"
         )
 
 

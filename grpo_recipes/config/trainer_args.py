@@ -166,14 +166,9 @@ def _matches(value: Any, tp: Any) -> bool:
         return value in args
     if tp is type(None):
         return value is None
-    if tp is bool:
-        return isinstance(value, bool)
-    if tp is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if tp is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if tp is str:
-        return isinstance(value, str)
+    if tp in (bool, int, float, str):
+        not_bool = tp is bool or not isinstance(value, bool)
+        return not_bool and isinstance(value, (int, float) if tp is float else tp)
     if origin in (list, tuple) or tp in (list, tuple):
         return isinstance(value, (list, tuple)) and (not args or all(_matches(v, args[0]) for v in value))
     if origin is dict or tp is dict:

@@ -1,21 +1,44 @@
-"""What a knob accepts (its kind, range or choices) and how a value is shown: the vocabulary of the
-knob declarations (knobs.py). Import-light. Types are exact: no silent coercion of 1.5 to an int, of
-`maybe` to a bool, or of `abc` to a number.
-"""
+"""What a knob accepts (its kind, range or choices) and how a value is shown: the vocabulary of the knob
+declarations (knobs.py). Import-light. Types are exact: no silent coercion of 1.5 to an int, of `maybe` to a
+bool, or of `abc` to a number."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+# kind -> (how it is described, whether a value is of it)
+KINDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "int": ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    # an integer is a number too (`learning_rate=1`); a bool, NaN and inf are not
+    "float": (
+        "a number",
+        lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
+    ),
+    "bool": ("true or false", lambda v: isinstance(v, bool)),
+    "str": ("a string", lambda v: isinstance(v, str)),
+    "name": (
+        "a non-empty name without '/' (a directory name)",
+        lambda v: isinstance(v, str) and v.strip() not in ("", ".", "..") and not {"/", "\\"} & set(v),
+    ),
+    "path": ("a non-empty path", lambda v: isinstance(v, str) and bool(v.strip())),
+    "list": ("a list", lambda v: isinstance(v, (list, tuple))),
+    "dict": ("a mapping", lambda v: isinstance(v, Mapping)),
+    "str_or_list": (
+        "a string or a list of strings",
+        lambda v: isinstance(v, str) or (isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v)),
+    ),
+    "any": ("any value", lambda v: True),
+}
 
 
 @dataclass(frozen=True)
 class Value:
     """What one key accepts: a kind, an optional range or set of choices, and whether null is allowed."""
 
-    kind: str  # int | float | bool | str | name | path | list | dict | str_or_list | any
+    kind: str  # a key of KINDS
     low: float | None = None  # inclusive
     high: float | None = None  # inclusive
     above: float | None = None  # exclusive
@@ -28,18 +51,7 @@ class Value:
         if self.choices is not None:
             text = "one of: " + ", ".join(show(c) for c in self.choices)
         else:
-            text = {
-                "int": "an integer",
-                "float": "a number",
-                "bool": "true or false",
-                "str": "a string",
-                "name": "a non-empty name without '/' (a directory name)",
-                "path": "a non-empty path",
-                "list": "a list",
-                "dict": "a mapping",
-                "str_or_list": "a string or a list of strings",
-                "any": "any value",
-            }[self.kind]
+            text = KINDS[self.kind][0]
             bounds = [
                 f">= {_num(self.low)}" if self.low is not None else "",
                 f"> {_num(self.above)}" if self.above is not None else "",
@@ -56,7 +68,7 @@ class Value:
             return self.optional
         if self.choices is not None:
             return any(value == c and type(value) is type(c) for c in self.choices)
-        if not _is_kind(value, self.kind):
+        if not KINDS[self.kind][1](value):
             return False
         if self.kind in ("int", "float"):
             return (
@@ -68,32 +80,6 @@ class Value:
         if self.item is not None:
             return all(self.item.accepts(v) for v in value)
         return True
-
-
-def _is_kind(value: Any, kind: str) -> bool:
-    if kind == "int":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind == "float":  # an integer is a number too (`learning_rate=1`); a bool, NaN and inf are not
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if kind == "bool":
-        return isinstance(value, bool)
-    if kind == "str":
-        return isinstance(value, str)
-    if kind == "path":
-        return isinstance(value, str) and bool(value.strip())
-    if kind == "name":
-        return (
-            isinstance(value, str) and value.strip() not in ("", ".", "..") and not {"/", "\\"} & set(value)
-        )
-    if kind == "list":
-        return isinstance(value, (list, tuple))
-    if kind == "dict":
-        return isinstance(value, Mapping)
-    if kind == "str_or_list":
-        return isinstance(value, str) or (
-            isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
-        )
-    return True
 
 
 def _num(x: float) -> str:

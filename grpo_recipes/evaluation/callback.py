@@ -1,14 +1,21 @@
 """When training runs the fixed evaluation (evaluator.py): at step 0, every `eval.every_n_steps` steps and at
-the end, each step once (a resumed run reads its earlier evals back); metrics go out as `eval_<name>`."""
+the end, each step once (a resumed run reads its earlier evals back); metrics go out as `eval_<name>`. Each
+eval after the first is checked for reward hacking against the train reward (alarms.py)."""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
+
+from grpo_recipes.evaluation.alarms import check_hacking, record, train_rewards
+from grpo_recipes.evaluation.evaluator import eval_file
+
+log = logging.getLogger(__name__)
 
 
 class FixedEvalCallback(TrainerCallback):
@@ -22,12 +29,15 @@ class FixedEvalCallback(TrainerCallback):
         every_n_steps: int,
         accelerator,
         send_logs: Callable[[dict[str, float], Any], None],
+        hacking_window: int,
+        hacking_drop: float,
         skip_final_eval: Callable[[], bool] = lambda: False,
         vllm_generator: Callable[[Any], Any] | None = None,
     ):
         self.evaluator, self.vllm_generator, self.output_dir = evaluator, vllm_generator, Path(output_dir)
         self.every = every_n_steps  # 0: only at step 0 and at the end
         self.accelerator, self.send_logs, self.skip_final_eval = accelerator, send_logs, skip_final_eval
+        self.hacking_window, self.hacking_drop = hacking_window, hacking_drop  # eval.hacking_*
         self.history: dict[int, dict[str, float]] = {}
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
@@ -37,26 +47,45 @@ class FixedEvalCallback(TrainerCallback):
             if step <= state.global_step:
                 self.history[step] = ev["metrics"]
         if state.global_step == 0 and 0 not in self.history:
-            self.evaluate(model, state, args)
+            self.evaluate(model, state, args, last=False)
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         # The last step is evaluated here, before the trackers' own on_train_end closes them.
-        last = state.max_steps and state.global_step >= state.max_steps
+        last = bool(state.max_steps and state.global_step >= state.max_steps)
         if (self.every and state.global_step % self.every == 0) or last:
-            self.evaluate(model, state, args)
+            self.evaluate(model, state, args, last=last)
 
     def on_train_end(self, args, state, control, model=None, **kwargs):
         if state.global_step not in self.history and not self.skip_final_eval():  # stopped early
-            self.evaluate(model, state, args)
+            self.evaluate(model, state, args, last=True)
 
-    def evaluate(self, model, state, args) -> None:
+    def evaluate(self, model, state, args, last: bool) -> None:
+        step, earlier, out_dir = state.global_step, dict(self.history), self.output_dir / "eval_results"
+        chance = earlier[min(earlier)].get("chance/accuracy") if earlier else None
         was_training = model.training
         model.eval()
         with self._generator(model, args) as generator:
-            out_dir = self.output_dir / "eval_results"
-            metrics, _ = self.evaluator.run(generator, self.accelerator, state.global_step, out_dir)
+            metrics, _ = self.evaluator.run(
+                generator, self.accelerator, step, out_dir, first=not earlier, last=last, chance=chance
+            )
         model.train(was_training)
-        self.history[state.global_step] = metrics
+        if earlier:  # the rewards logged so far (a resumed run's log history is its checkpoint's)
+            previous = max(earlier)
+            check = check_hacking(
+                train_rewards(state.log_history),
+                step,
+                previous,
+                earlier[previous]["accuracy"],
+                metrics["accuracy"],
+                self.hacking_window,
+                self.hacking_drop,
+            )
+            metrics["reward_hacking"] = int(check is not None and check.raised)
+            if state.is_world_process_zero:
+                record(eval_file(out_dir, step), check)
+                if metrics["reward_hacking"]:
+                    log.warning(check.message())
+        self.history[step] = metrics
         self.send_logs({f"eval_{k}": v for k, v in metrics.items()}, state)
 
     def _generator(self, model, args):

@@ -1,6 +1,8 @@
 """The fixed evaluation, in training (callback.py) and alone (`eval_only`): the same problems generated
 greedily, written to `eval_results/eval_step_<N>.json`. Rows marked `eval_level` (the curriculum's per-level
-problems) count only in `level/<task>/<level>/accuracy`. Every rank generates its shard; rank 0 writes."""
+problems) count only in `level/<task>/<level>/accuracy`; rows marked `eval_set` (the transfer set) only in
+`<eval_set>/...`, generated at the run's first and last evals. The first also computes the chance line
+(chance.py). Every rank generates its shard; rank 0 writes."""
 
 from __future__ import annotations
 
@@ -14,12 +16,27 @@ from pathlib import Path
 from typing import Any
 
 from grpo_common.formats import get_format, reader
+from grpo_recipes.evaluation.chance import chance_metrics, chance_table
+from grpo_recipes.evaluation.chance import describe as describe_chance
+from grpo_recipes.evaluation.console import log_eval
 
 log = logging.getLogger(__name__)
 
 
+# the eval's own marks on a row (`transfer`: which transfer set), not columns a reward is given
+EVAL_MARKS = ("eval_level", "eval_set", "transfer")
+
+
+def is_fixed(row: dict[str, Any]) -> bool:
+    return all(row.get(mark) is None for mark in EVAL_MARKS)
+
+
 def fixed_examples(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [r for r in rows if r.get("eval_level") is None]
+    return [r for r in rows if is_fixed(r)]
+
+
+def eval_file(out_dir: Path, step: int) -> Path:
+    return out_dir / f"eval_step_{step}.json"
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -66,6 +83,16 @@ def summarize(examples: list[dict[str, Any]], prompt_format: str, ks: list[int] 
             by_level[r["task"], r["eval_level"]].append(r)
     for (task, level), rows in sorted(by_level.items()):
         metrics[f"level/{task}/{level}/accuracy"] = sum(r["correct"] for r in rows) / len(rows)
+    by_set = defaultdict(list)
+    for r in examples:
+        if r.get("eval_set") is not None:
+            by_set[r["eval_set"]].append(r)
+    for name, rows in sorted(by_set.items()):
+        metrics[f"{name}/accuracy"] = sum(r["correct"] for r in rows) / len(rows)
+        metrics[f"{name}/truncated"] = sum(r["truncated"] for r in rows) / len(rows)
+        for task in sorted({r["task"] for r in rows}):
+            mine = [r for r in rows if r["task"] == task]
+            metrics[f"{name}/{task}/accuracy"] = sum(r["correct"] for r in mine) / len(mine)
     return metrics
 
 
@@ -94,17 +121,20 @@ class FixedEvaluator:
         print_examples: int,
         response_prefix: str = "",
         rewards: Sequence[tuple[Callable, float]] = (),
+        holdout: dict[str, str] | None = None,
     ):
         self.rows, self.taskset, self.tokenizer = rows, taskset, tokenizer
         self.prompt_format, self.max_new_tokens, self.batch_size = prompt_format, max_new_tokens, batch_size
         self.format = get_format(prompt_format)
         self.greedy_temperature = temperature if do_sample else None  # None: greedy
+        self.decoding = f"sampled at temperature {temperature:g}" if do_sample else "greedy"
         # eval.pass_k: `samples` sampled completions per problem (0: none), pass@k for each k <= samples
         self.num_samples, self.sample_temperature = int(pass_k["samples"]), float(pass_k["temperature"])
         self.ks = [k for k in pass_k["k"] if k <= self.num_samples]
         self.print_examples = print_examples
         self.response_prefix = response_prefix  # pre-filled by the chat template: part of the reply
         self.rewards = list(rewards)  # the run's, weighted: `reward` is what training pays the greedy reply
+        self.holdout = holdout  # {task: what its eval problems keep out of training}, for the eval JSON
         self.texts = [
             tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False)
             for r in rows
@@ -154,8 +184,7 @@ class FixedEvaluator:
             record |= {"completion": completion, "extracted": extraction.answer, "rule": extraction.rule}
             record |= {"score": score, "correct": score >= 1.0, "format_ok": is_formatted(completion)}
             record |= {"length": length, "truncated": truncated}
-            if row.get("eval_level") is not None:
-                record["eval_level"] = row["eval_level"]
+            record |= {mark: row[mark] for mark in EVAL_MARKS if row.get(mark) is not None}
             if samples[k] is not None:
                 record["num_samples"] = len(samples[k])
                 record["samples_correct"] = correct_counts[k]
@@ -173,9 +202,9 @@ class FixedEvaluator:
         """The weighted sum of the training rewards, called as TRL calls them (without `log_metric`, so
         nothing is logged as training statistics)."""
         raw = [c[len(self.response_prefix) :] for c in completions]  # the rewards add the prefix themselves
-        # the columns TRL would pass (a per-level row's `eval_level` is the eval's own mark, not a column)
-        keys = [key for key in rows[0] if key not in ("prompt", "eval_level")] if rows else []
-        columns = {key: [r[key] for r in rows] for key in keys}
+        # the columns TRL would pass (not the eval's own marks: a curriculum level, a transfer set)
+        keys = [key for key in rows[0] if key != "prompt" and key not in EVAL_MARKS] if rows else []
+        columns = {key: [r.get(key) for r in rows] for key in keys}
         totals = [0.0] * len(rows)
         for fn, weight in self.rewards:
             values = fn(
@@ -187,52 +216,56 @@ class FixedEvaluator:
             totals = [t + weight * (0.0 if v is None else float(v)) for t, v in zip(totals, values)]
         return totals
 
-    def run(self, model, accelerator, step: int, out_dir: Path | None) -> tuple[dict[str, float], list[dict]]:
+    def run(
+        self, model, accelerator, step: int, out_dir: Path | None, *, first=True, last=True, chance=None
+    ) -> tuple[dict[str, float], list[dict]]:
+        """Generate, score, write and print one eval. `first` / `last`: the run's first and last eval
+        (eval_only: both); the transfer set is generated only at those two, the first computes the chance
+        line, and the last warns when its accuracy does not clear it (`chance`: the first eval's
+        `chance/accuracy`, given when this eval is not the first)."""
         from accelerate.utils import gather_object
 
         start = time.time()
         rank, world = accelerator.process_index, accelerator.num_processes
-        fixed = [i for i, r in enumerate(self.rows) if r.get("eval_level") is None]
-        leveled = [i for i, r in enumerate(self.rows) if r.get("eval_level") is not None]
-        fixed_shard, level_shard = rank_shard(fixed, rank, world), rank_shard(leveled, rank, world)
+        fixed = [i for i, r in enumerate(self.rows) if is_fixed(r)]
+        others = [  # per-level rows at every eval; a named set's at the first and the last
+            i
+            for i, r in enumerate(self.rows)
+            if r.get("eval_level") is not None or ((first or last) and r.get("eval_set") is not None)
+        ]
+        fixed_shard, other_shard = rank_shard(fixed, rank, world), rank_shard(others, rank, world)
         main = accelerator.is_main_process
-        greedy = self.generate(model, fixed_shard + level_shard, progress=main)
-        sampled = [None] * len(fixed_shard + level_shard)
+        greedy = self.generate(model, fixed_shard + other_shard, progress=main)
+        sampled = [None] * len(fixed_shard + other_shard)
         if self.num_samples:
             sampled[: len(fixed_shard)] = self.generate(model, fixed_shard, sampled=True, progress=main)
-        local = self.score_batch(fixed_shard + level_shard, greedy, sampled)
+        local = self.score_batch(fixed_shard + other_shard, greedy, sampled)
         examples = gather_object(local) if world > 1 else local
         examples = sorted({e["index"]: e for e in examples}.values(), key=lambda e: e["index"])
         metrics = summarize(examples, self.prompt_format, self.ks)
+        result = {"step": step, "decoding": self.decoding, "max_new_tokens": self.max_new_tokens}
+        result["metrics"] = metrics
+        table = labels = None
+        if main and first:  # rank 0 alone: code tasks' constants run in the sandbox
+            table, labels = chance_table([self.rows[i] for i in fixed], self.taskset)
+            metrics.update(chance_metrics(table))
+            result |= {"chance": table, "majority_labels": labels}
+            chance = metrics["chance/accuracy"]
+        if self.holdout is not None:
+            result["holdout"] = self.holdout
         metrics["seconds"] = round(time.time() - start, 2)
         if main and out_dir is not None:
             from grpo_recipes.outputs.logs import write_atomic
 
-            verifiers = self.taskset.verifiers()
-            result = {"step": step, "metrics": metrics, "verifiers": verifiers, "examples": examples}
-            write_atomic(out_dir / f"eval_step_{step}.json", json.dumps(result, indent=1))
+            result |= {"verifiers": self.taskset.verifiers(), "examples": examples}
+            write_atomic(eval_file(out_dir, step), json.dumps(result, indent=1))
         if main:
-            self.report(step, metrics, examples)
+            chance_line = describe_chance(table, labels) if table is not None else None
+            shown = (self.decoding, self.ks, self.print_examples, chance_line)
+            log_eval(step, metrics, examples, fixed_examples(examples), *shown)
+            if last and chance is not None and metrics["accuracy"] <= chance:
+                log.warning(
+                    f"final fixed-eval accuracy {metrics['accuracy']:.3f} (step {step}) does not clear the "
+                    f"chance line {chance:.3f} (each task's best constant answer, scored at the first eval)"
+                )
         return metrics, examples
-
-    def report(self, step: int, m: dict[str, float], examples: list[dict]) -> None:
-        extra = "".join(f"  pass@{k} {m[f'pass@{k}']:.3f}" for k in self.ks)
-        extra += f"  reward {m['reward']:.3f}" if "reward" in m else ""
-        log.info(
-            f"[eval step {step}] accuracy {m['accuracy']:.3f}{extra}  format {m['format']:.3f}  mean length "
-            f"{m['mean_length']:.1f}  ({m['num_examples']} problems, {m['seconds']:.1f} s)"
-        )
-        levels = defaultdict(list)
-        for key, value in m.items():
-            if key.startswith("level/"):
-                task, level, _ = key.split("/", 1)[1].rsplit("/", 2)
-                levels[task].append(f"{level}: {value:.2f}")
-        for task, shares in levels.items():
-            log.info(f"  {task} accuracy per curriculum level: {', '.join(shares)}")
-        for e in fixed_examples(examples)[: self.print_examples]:
-            completion = e["completion"][:300].replace("\n", "\\n")
-            mark = "correct" if e["correct"] else "wrong"
-            log.info(
-                f"  Q: {e['question'][:200]}\n    completion: {completion}\n    extracted {e['extracted']!r} "
-                f"by {e['rule']}; answer {e['answer']!r}: {mark} (score {e['score']:.2f})"
-            )

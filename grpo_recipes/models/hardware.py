@@ -91,20 +91,17 @@ def apply_hardware(grpo: dict[str, Any], hw: Hardware) -> None:
             )
         if importlib.util.find_spec("vllm") is None:
             raise ConfigError("use_vllm=true but vllm is not installed: pip install -e '.[vllm]'")
-    if hw.gpu:
-        if grpo.get("bf16") is None:
-            grpo["bf16"] = hw.bf16 and not grpo.get("fp16")
-        if grpo.get("use_cpu"):
-            grpo["bf16"] = False
-    else:
+    if not hw.gpu:
         if grpo.get("fp16"):
             raise ConfigError(
                 "grpo.fp16=true needs a GPU; on a CPU-only machine leave it false "
                 "(bf16 autocast is used where the CPU has native bf16, fp32 otherwise)"
             )
         grpo["use_cpu"] = True
-        if grpo.get("bf16") is None:
-            grpo["bf16"] = hw.bf16
+    if grpo.get("bf16") is None:
+        grpo["bf16"] = hw.bf16 and not grpo.get("fp16")
+    if hw.gpu and grpo.get("use_cpu"):  # a GPU machine told to train on its CPU
+        grpo["bf16"] = False
 
 
 def requested_engine(env: Mapping[str, str] = os.environ) -> str:

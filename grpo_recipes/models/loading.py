@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from grpo_common.errors import ConfigError
+from grpo_common.errors import ConfigError, first_line
 
 log = logging.getLogger("grpo_recipes")
 
@@ -154,10 +154,6 @@ def _load_model(local: str, kwargs: dict[str, Any]):
             raise
     log.info("%s holds %s shards and no weights file: consolidating them to load", local, kind)
     return AutoModelForCausalLM.from_pretrained(str(weights.consolidated_copy(Path(local))), **kwargs)
-
-
-def first_line(err: BaseException) -> str:
-    return (str(err).strip().splitlines() or [type(err).__name__])[0]
 
 
 def load_model_and_tokenizer(model_cfg: dict[str, Any], on_gpu: bool, seed: int = 0):

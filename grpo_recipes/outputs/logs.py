@@ -87,16 +87,12 @@ class ConciseProgressCallback(ProgressCallback):
         numbers = {k: v for k, v in logs.items() if isinstance(v, (int, float))}
         parts = [f"step {state.global_step}/{state.max_steps}"]
         parts += [shown.format(numbers[key]) for key, shown in self.SHOWN.items() if key in numbers]
-        parts += [
-            f"{k.split('/')[1]} {v:.3f}"
-            for k, v in numbers.items()
-            if k.startswith("rewards/") and k.endswith("/mean")
-        ]
-        parts += [  # dataset.curriculum
-            f"{k.split('/')[1]} level {v:g}"
-            for k, v in numbers.items()
-            if k.startswith("curriculum/") and k.endswith("/level")
-        ]
+        for k, v in numbers.items():
+            if k.startswith("rewards/") and k.endswith("/mean"):
+                parts.append(f"{k.split('/')[1]} {v:.3f}")
+        for k, v in numbers.items():  # dataset.curriculum
+            if k.startswith("curriculum/") and k.endswith("/level"):
+                parts.append(f"{k.split('/')[1]} level {v:g}")
         self.training_bar.write(" | ".join(parts))
 
 

@@ -37,6 +37,19 @@ def _plot_eval(ax, evals, key, label, color, fmt="o-", linewidth=2, **style):
     ax.plot(steps, values, fmt, color=color, linewidth=linewidth, label=label, **style)
 
 
+def _plot_chance(ax, evals: dict, tasks: list[str], colors: list[str]) -> None:
+    """The chance line (the first eval's best constant answer per task), dashed under the accuracy curves."""
+    metrics = next((ev["metrics"] for ev in evals.values() if "chance" in ev), None)
+    if metrics is None:
+        return
+    lines = [(f"chance/{t}/accuracy", t, colors[i % len(colors)]) for i, t in enumerate(tasks)]
+    lines += [("chance/accuracy", "all tasks", "black")] if len(tasks) > 1 else []
+    for key, name, color in lines:
+        if key in metrics:
+            style = {"linestyle": (0, (8, 4)), "linewidth": 1, "alpha": 0.6, "zorder": 1}  # under the curves
+            ax.axhline(metrics[key], color=color, label=f"{name}: chance (best constant answer)", **style)
+
+
 def finish(ax, **labels):
     ax.set(**labels)
     ax.grid(alpha=0.3)
@@ -76,6 +89,7 @@ def make_plots(run_dir: Path, train: list[dict], evals: dict, tasks: list[str]) 
             ax.lines[-1].set_linestyle("--")
     if len(tasks) > 1:
         _plot_eval(ax, evals, "accuracy", "all tasks: fixed eval", "black", fmt="s-", linewidth=2.5)
+    _plot_chance(ax, evals, tasks, colors)
     finish(ax, xlabel=STEP, ylabel="accuracy (score >= 1)", ylim=SHARE, title="Accuracy per task")
     save(fig, "accuracy.png", "Accuracy per task")
     if not train:

@@ -31,13 +31,15 @@ def level_table(first: int, last: int, m0: dict, m1: dict) -> list[str]:
     return out + [""]
 
 
-def _table(first: int, last: int, m0: dict, m1: dict, tasks: list[str]) -> list[str]:
+def _table(first: int, last: int, m0: dict, m1: dict, tasks: list[str], decoding: str) -> list[str]:
+    """Accuracy (greedy unless eval.do_sample) first, then its change, pass@k beside it, the chance line."""
     ks = sorted({k.split("@")[1] for k in m1 if k.startswith("pass@")}, key=int)
-    metrics = EVAL_METRICS + [(f"pass@{k}", f"pass@{k}", "{:.1%}") for k in ks]
+    metrics = [("accuracy", "greedy accuracy" if decoding == "greedy" else "accuracy (sampled)", "{:.1%}")]
+    metrics += [(f"pass@{k}", f"pass@{k}", "{:.1%}") for k in ks] + EVAL_METRICS[1:]
     cols = [label for _, label, _ in metrics]
     out = [f"Step {first} -> step {last}." if first != last else f"Step {last}.", ""]
-    header = " | ".join(cols[:1] + ["change"] + cols[1:])
-    out += [f"| task | {header} |", "|---|" + "---:|" * (len(cols) + 1)]
+    header = " | ".join(cols[:1] + ["change", "chance"] + cols[1:])
+    out += [f"| task | {header} |", "|---|" + "---:|" * (len(cols) + 2)]
     for task in (["all tasks"] if len(tasks) > 1 else []) + tasks:
         prefix = "" if task == "all tasks" else f"{task}/"
         cells = []
@@ -48,8 +50,79 @@ def _table(first: int, last: int, m0: dict, m1: dict, tasks: list[str]) -> list[
             cells.append(f"{fmt.format(a)} -> {shown}" if changed else shown)
             if key == "accuracy":
                 cells.append(f"**{(b - a) * 100:+.1f} pts**" if changed else "")
+                chance = m0.get(f"chance/{prefix}accuracy")
+                cells.append("" if chance is None else f"{chance:.1%}")
         out.append(f"| {task} | " + " | ".join(cells) + " |")
     return out
+
+
+def _cut_off(evals: dict[int, dict]) -> list[str]:
+    """How many fixed-eval completions hit the length limit at the first and the last eval, and the accuracy
+    on those that did not: a gain that is only answering within the limit shows here."""
+    parts, finished = [], []
+    for step in dict.fromkeys((min(evals), max(evals))):
+        rows = fixed_examples(evals[step]["examples"])
+        cut = sum(e["truncated"] for e in rows)
+        parts.append(f"{cut} of {len(rows)} ({cut / max(len(rows), 1):.1%}) at step {step}")
+        done = [e["correct"] for e in rows if not e["truncated"]]
+        share = f"{sum(done) / len(done):.1%}" if done else "none ended"
+        finished.append(f"{share} at step {step}")
+    limit = evals[max(evals)].get("max_new_tokens")
+    at = f"at max_new_tokens={limit}" if limit else "at the length limit"
+    text = f"Completions cut off {at}: {' -> '.join(parts)}; accuracy on the ones not cut off: "
+    return [text + f"{' -> '.join(finished)}.", ""]
+
+
+def _chance(evals: dict[int, dict], m1: dict) -> list[str]:
+    """The chance line (the first eval's constant answers) and whether the final accuracy clears it."""
+    from grpo_recipes.evaluation.chance import describe
+
+    step, ev = next(((s, ev) for s, ev in evals.items() if "chance" in ev), (None, None))
+    if ev is None:
+        return []
+    chance, last = ev["metrics"]["chance/accuracy"], max(evals)
+    constants = describe(ev["chance"], ev["majority_labels"])
+    text = f"Chance line (step {step}, each task's own verifier): {chance:.1%}, each task's best constant "
+    out = [text + f"answer (the dashed line of the accuracy plot): {constants}.", ""]
+    if m1["accuracy"] <= chance:
+        text = f"**Warning: the final accuracy ({m1['accuracy']:.1%} at step {last}) does not clear the "
+        out += [text + f"chance line ({chance:.1%}).**", ""]
+    return out
+
+
+def _transfer(evals: dict[int, dict]) -> list[str]:
+    """Each named eval set (eval.transfer), scored at the first and the last eval."""
+    out = []
+    for name in sorted({e["eval_set"] for ev in evals.values() for e in ev["examples"] if e.get("eval_set")}):
+        scored = [
+            (s, ev["metrics"][f"{name}/accuracy"])
+            for s, ev in evals.items()
+            if f"{name}/accuracy" in ev["metrics"]
+        ]
+        moved = " -> ".join(f"{v:.1%} at step {s}" for s, v in scored)
+        out += [f"The {name} set (scored apart, not in the accuracy above): {moved}.", ""]
+    return out
+
+
+def _alarms(evals: dict[int, dict]) -> list[str]:
+    """Each reward-hacking alarm (alarms.py) the evals recorded, or the steps checked without one."""
+    checks = {s: ev["reward_hacking"] for s, ev in evals.items() if "reward_hacking" in ev}
+    if not checks:
+        return []
+    raised = [(s, c) for s, c in checks.items() if c["raised"]]
+    if not raised:
+        steps = ", ".join(map(str, checks))
+        return [f"Reward-hacking alarm: not raised (checked at steps {steps}).", ""]
+    out = ["## Reward-hacking alarms", ""]
+    for s, c in raised:
+        before = "the first steps" if c["first_window"] else f"before step {c['previous_step']}'s eval"
+        out.append(
+            f"- step {s}: mean train reward over {c['window']} logged steps rose {c['reward_before']:.3f} "
+            f"({before}) -> {c['reward_now']:.3f}, while fixed-eval accuracy fell {c['accuracy_before']:.1%} "
+            f"(step {c['previous_step']}) -> {c['accuracy_now']:.1%}, by more than eval.hacking_drop="
+            f"{c['drop']:g}"
+        )
+    return out + [""]
 
 
 def _examples(evals: dict[int, dict], n: int = 3) -> list[str]:
@@ -153,17 +226,17 @@ def write_report(run_dir: str | Path) -> Path:
         tasks = sorted({e["task"] for ev in evals.values() for e in fixed_examples(ev["examples"])})
         first, last = min(evals), max(evals)
         m0, m1 = evals[first]["metrics"], evals[last]["metrics"]
-        problems = m1["num_examples"]
+        problems, decoding = m1["num_examples"], evals[last].get("decoding", "greedy")
         if first != last:
             lines.append(
-                f"**Fixed-eval accuracy: {m0['accuracy']:.1%} at step {first} -> {m1['accuracy']:.1%} at "
-                f"step {last}** ({problems} problems, the same at every eval)."
+                f"**Fixed-eval accuracy ({decoding}): {m0['accuracy']:.1%} at step {first} -> "
+                f"{m1['accuracy']:.1%} at step {last}** ({problems} problems, the same at every eval)."
             )
         else:
-            lines.append(
-                f"**Fixed-eval accuracy at step {last}: {m1['accuracy']:.1%}** ({problems} problems)."
-            )
-        lines += ["", "## Baseline vs final", ""] + _table(first, last, m0, m1, tasks) + [""]
+            headline = f"**Fixed-eval accuracy ({decoding}) at step {last}: {m1['accuracy']:.1%}**"
+            lines.append(f"{headline} ({problems} problems).")
+        lines += [""] + _cut_off(evals) + _chance(evals, m1) + _transfer(evals) + _alarms(evals)
+        lines += ["## Baseline vs final", ""] + _table(first, last, m0, m1, tasks, decoding) + [""]
         lines += level_table(first, last, m0, m1)
         rules = [f"{r}: {m1[f'rule/{r}']:.0%}" for r in rule_names() if f"rule/{r}" in m1]
         lines += [f"Answers found at step {last} by rule: {', '.join(rules)}.", ""]

@@ -49,17 +49,14 @@ def summarize_sweep(sweep_dir: str | Path) -> Path:
     if by_objective:  # a search: ranked by what it optimized, in its direction; unfinished jobs last
         sign = 1.0 if direction == "maximize" else -1.0
         rows.sort(key=lambda r: (r["objective"] is None, -sign * (r["objective"] or 0.0)))
+        ranked = f"the objective the search optimized ({direction} {metrics[0]}, of the final fixed eval)."
     else:
         rows.sort(key=lambda r: -1.0 if r["final"] is None else r["final"], reverse=True)
+        ranked = "their latest fixed-eval accuracy."
 
     def pct(x):
         return "" if x is None else f"{x:.1%}"
 
-    ranked = (
-        f"the objective the search optimized ({direction} {metrics[0]}, of the final fixed eval)."
-        if by_objective
-        else "their latest fixed-eval accuracy."
-    )
     lines = [
         f"# Sweep summary: {sweep_dir.name}",
         "",

@@ -1,7 +1,8 @@
 """The run's set-up in open-r1's steps, each object built once, complete, in the order it is needed:
 
-    get_model (model, tokenizer, LoRA, the response prefix its chat template pre-fills)
-    -> get_datasets (tasks, the fixed eval, the train set; the curriculum's when it is on)
+    get_datasets (tasks, the eval sets, the train set; the curriculum's when it is on: first, as open-r1 does,
+    so that an eval space too small is refused before the model loads)
+    -> get_model (model, tokenizer, LoRA, the response prefix its chat template pre-fills)
     -> get_rewards (TRL reward functions and their weights) -> get_training_args (GRPOConfig)
 
 run.py then builds the trainer and its callbacks from this (trainer.py) and trains.
@@ -49,7 +50,6 @@ def assemble(cfg: dict[str, Any], plan: RunPlan) -> Setup:
 
     hw = detect_hardware()
     check_engine(hw.gpu)
-    model, tokenizer, peft_config, prefix = get_model(cfg, hw)
     try:  # before any code runs: the tasks' verifiers, code rewards
         sandbox.configure(**cfg["sandbox"])
     except (TypeError, ValueError) as err:
@@ -57,6 +57,7 @@ def assemble(cfg: dict[str, Any], plan: RunPlan) -> Setup:
     taskset, train_dataset, eval_rows, curriculum = get_datasets(cfg)
     if any(is_code_task(name) for name in taskset.names):
         log.info("code tasks run in the sandbox: %s", sandbox.get_executor().layers())
+    model, tokenizer, peft_config, prefix = get_model(cfg, hw)
     reward_funcs, weights, faults = get_rewards(cfg, taskset, prefix, curriculum)
     args = get_training_args(cfg, hw, weights, model, lora=peft_config is not None)
     checkpoint = None
@@ -96,7 +97,7 @@ def get_model(cfg: dict[str, Any], hw: Hardware):
 
 
 def get_datasets(cfg: dict[str, Any]):
-    """(TaskSet, train Dataset, fixed-eval rows, Curriculum or None)."""
+    """(TaskSet, train Dataset, eval rows, Curriculum or None)."""
     if cfg["dataset"]["curriculum"]["enabled"]:
         from grpo_recipes.train.curriculum import build_curriculum_datasets
 

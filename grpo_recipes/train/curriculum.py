@@ -1,5 +1,6 @@
 """`dataset.curriculum` (README "Adaptive difficulty"): train rows are drawn when TRL fetches them, at that
-moment's levels (tasks/leveled.py); the fixed eval adds `eval_per_level` problems per task and level."""
+moment's levels (tasks/leveled.py); the fixed eval adds `eval_per_level` problems per task and level, apart
+from it and from each other, and training skips every eval problem by its hold-out key (`dataset.holdout`)."""
 
 from __future__ import annotations
 
@@ -10,14 +11,44 @@ from typing import Any
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
-from grpo_recipes.train.data import build_eval_set, to_row
+from grpo_recipes.train.data import build_eval_set, draw_distinct, to_row
 from tasks import TaskSet
 from tasks.difficulty import LevelController, VerdictRecorder, config_at, top_level
-from tasks.leveled import LeveledTasks
+from tasks.leveled import MAX_DRAWS, LeveledTasks
 
 log = logging.getLogger("grpo_recipes")
 
 COLUMNS = ("prompt", "question", "answer", "task", "metadata", "level")
+NEIGHBOURS = 16  # a held-out index then tries its next indices' draws: up to 16 x MAX_DRAWS candidates
+
+
+class HeldOutLevels(LeveledTasks):
+    """Training problems at the current levels (tasks/leveled.py) that skip every eval problem by its
+    hold-out key (a code task's function, not only its question). A level can be mostly eval problems:
+    experiment=digits holds 64 of level 0's 90 out for its fixed eval, where an index's 16 draws all missed
+    the other 26 for some indices; such an index then tries the draws of the indices after it."""
+
+    def __init__(self, taskset: TaskSet, levels, size: int, seed: int, held_out: set[str]):
+        super().__init__(taskset.spec, levels, size, seed)
+        self.key, self.held_out = taskset.key, held_out
+
+    def __getitem__(self, idx: int) -> dict[str, Any]:
+        if idx not in self._drawn:
+            total = self.size * MAX_DRAWS  # the composite's size
+            draws = (
+                self._composite[(idx + shift + attempt * self.size) % total]
+                for shift in range(NEIGHBOURS)  # shift 0: the index's own draws, as LeveledTasks makes them
+                for attempt in range(MAX_DRAWS)
+            )
+            entry = next((e for e in draws if self.key(e) not in self.held_out), None)
+            if entry is None:
+                raise RuntimeError(
+                    f"training problem {idx}: {NEIGHBOURS * MAX_DRAWS} draws were all eval problems at "
+                    f"levels {self.levels}; the eval covers (nearly) every problem of a level: lower "
+                    "eval.size (or dataset.curriculum.eval_per_level)"
+                )
+            self._drawn[idx] = {**entry, "level": self.levels.get(entry["metadata"].get("source_dataset"))}
+        return self._drawn[idx]
 
 
 @dataclass(frozen=True)
@@ -34,25 +65,25 @@ def build_curriculum_datasets(dataset_cfg: dict[str, Any], eval_cfg: dict[str, A
     taskset, system, shots, eval_rows = build_eval_set(dataset_cfg, eval_cfg)
     settings = dataset_cfg["curriculum"]
     tops = {name: top for name in taskset.names if (top := top_level(name)) is not None}
-    per_level = settings["eval_per_level"]
+    per_level, taken = settings["eval_per_level"], {taskset.key(r) for r in eval_rows}
     for i, name in enumerate(taskset.names):  # per-level eval sets, drawn as training problems are there
         if not per_level or name not in tops:
             continue
         spec = taskset.spec[name]
         for level in range(tops[name] + 1):
-            at_level = TaskSet({name: {**spec, "config": config_at(name, level, spec["config"])}})
-            # seeds apart from the fixed eval's (seed + task index): the top level is not the fixed set again
-            drawn = at_level.sample(per_level, int(eval_cfg["seed"]) + 1000 * (i + 1) + level)
+            config = config_at(name, level, spec["config"])
+            at_level = TaskSet({name: {**spec, "config": config}}, holdout=taskset.holdout_setting)
+            # seeds apart from the fixed eval's (seed + task index); none of its problems or another level's
+            who = (f"task '{name}' at level {level}", "outside the fixed eval and the other levels' sets")
+            seed = int(eval_cfg["seed"]) + 1000 * (i + 1) + level
+            asked = "dataset.curriculum.eval_per_level"
+            drawn = draw_distinct(at_level, per_level, seed, taken, asked, who, "lower eval.size")
             eval_rows += [{**to_row(e, system, shots), "eval_level": level} for e in drawn]
     controller = LevelController(
         tops, settings["start_level"], settings["raise_at"], settings["lower_at"], settings["window"]
     )
-    problems = LeveledTasks(
-        taskset.spec,
-        controller.levels,
-        int(dataset_cfg["train_size"]),
-        int(dataset_cfg["seed"]),
-        exclude_questions={r["question"] for r in eval_rows},
+    problems = HeldOutLevels(
+        taskset, controller.levels, int(dataset_cfg["train_size"]), int(dataset_cfg["seed"]), taken
     )
 
     def rows(batch: dict[str, list]) -> dict[str, list]:

@@ -1,21 +1,75 @@
-"""Train and fixed-eval data from the `dataset` and `eval` config groups.
+"""Train and eval data from the `dataset` and `eval` config groups.
 
-The eval set is drawn per task with its own seed and is identical across runs with the same
-config; train entries whose question is in the eval set are dropped, so the two never overlap.
+The eval set is drawn per task with its own seed and is identical across runs with the same config: the fixed
+eval, then the transfer sets (`eval.transfer`), each of distinct problems, drawn on until enough are found (a
+space too small is refused, saying how many it has). Training drops every problem that shares an eval
+problem's hold-out key (`dataset.holdout`: its question, or a code task's function or template).
 Rows carry `metadata` as JSON text: its shape differs per task and Arrow rejects mixed columns.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from grpo_common.errors import ConfigError
 from grpo_common.formats import get_format
 from tasks import TaskSet
+from tasks.registry import holdout_of
 
 Shots = Sequence[tuple[str, str]]  # dataset.few_shot as (question, completion) pairs
+EVAL_DRAWS = 4096  # candidates drawn for an eval set (16 a problem, if more) before its space is too small
+TRANSFER_SEED = 500  # transfer set j draws from eval.seed + 500 + j: apart from the tasks' seed + i
+UNITS = {"question": "problems", "function": "functions", "template": "templates"}
+LESS = {"function": "question", "template": "function"}  # a code eval's space, larger
+
+
+def holdout_by_task(dataset_cfg: dict[str, Any]) -> dict[str, str]:
+    """What each training task's eval problems keep out of training: `dataset.holdout` resolved per task
+    (auto: function for a code task, question otherwise); a setting a task cannot honour is refused."""
+    setting = dataset_cfg.get("holdout", "auto")
+    return {name: holdout_of(name, setting) for name in dataset_cfg["tasks"]}
+
+
+def transfer_sets(dataset_cfg: dict[str, Any], eval_cfg: dict[str, Any]) -> dict[str, TaskSet]:
+    """`eval.transfer` as {key: its one-task TaskSet}: held-out variants of the training tasks, each
+    `{task: <a task name, default the key>, config: {...}}` (a `weight` is ignored; null: off)."""
+    out = {}
+    for key, spec in (eval_cfg.get("transfer") or {}).items():
+        where = f"eval.transfer.{key}"
+        if spec is None:
+            continue
+        if not isinstance(spec, Mapping) or set(spec) - {"task", "weight", "config"}:
+            raise ConfigError(
+                f"{where}={spec!r}: expected {{task: <a task name; default {key}>, config: {{...}}}}"
+            )
+        if key in dataset_cfg["tasks"]:
+            raise ConfigError(
+                f"{where}: a transfer set's key names its rows and metrics apart from the fixed eval's, so "
+                f"it cannot be a training task's name; e.g. {key}_transfer: {{task: {key}, config: ...}}"
+            )
+        task = {str(spec.get("task", key)): {"config": spec.get("config") or {}}}
+        out[str(key)] = TaskSet(task, dataset_cfg["prompt_format"], dataset_cfg.get("holdout", "auto"), where)
+    return out
+
+
+def draw_distinct(
+    one: TaskSet, size: int, seed: int, taken: set[str], asked: str, who: tuple[str, str], fix: str
+):
+    """`size` problems of the one-task set `one`, distinct by hold-out key and question, none in `taken`
+    (which grows by them); a space too small is refused with how many it holds, before anything loads."""
+    entries, drawn = one.distinct(size, seed, taken, max(EVAL_DRAWS, 16 * size))
+    if len(entries) < size:
+        mode, n = next(iter(one.holdout.values())), len(entries)
+        less = f", or hold out less: dataset.holdout={LESS[mode]}" if mode in LESS else ""
+        raise ConfigError(
+            f"{asked}={size}: {who[0]} has only {n} distinct {UNITS[mode]} {who[1]} ({drawn} drawn); lower "
+            f"{asked} to at most {n} or {fix}{less}"
+        )
+    taken.update(one.key(e) for e in entries)
+    return entries
 
 
 def system_prompt(dataset_cfg: dict[str, Any]) -> str | None:
@@ -62,15 +116,39 @@ def to_row(entry: dict[str, Any], system: str | None, shots: Shots = ()) -> dict
 
 
 def build_eval_set(dataset_cfg: dict[str, Any], eval_cfg: dict[str, Any]):
-    """(TaskSet, system prompt, few-shot pairs, eval rows): the tasks as configured, and their fixed eval:
-    `eval.size` problems per task, each task with its own seed offset."""
-    taskset = TaskSet(dataset_cfg["tasks"], dataset_cfg["prompt_format"])
+    """(TaskSet, system prompt, few-shot pairs, eval rows): the tasks as configured, and their eval:
+    `eval.size` problems per task (the fixed eval, each task with its own seed offset), then `eval.size` per
+    transfer set, its rows marked `eval_set: transfer` and `transfer: <its key>` (`task` stays the task's,
+    for its verifier). No two rows share a hold-out key or a question."""
+    holdout = dataset_cfg.get("holdout", "auto")
+    taskset = TaskSet(dataset_cfg["tasks"], dataset_cfg["prompt_format"], holdout)
     system, shots = system_prompt(dataset_cfg), few_shot(dataset_cfg)
-    eval_rows = []
+    size, seed, taken, eval_rows = int(eval_cfg["size"]), int(eval_cfg["seed"]), set(), []
     for i, name in enumerate(taskset.names):
-        drawn = TaskSet({name: taskset.spec[name]}).sample(int(eval_cfg["size"]), int(eval_cfg["seed"]) + i)
+        one = TaskSet({name: taskset.spec[name]}, holdout=holdout)
+        who, fix = (f"task '{name}'", "in its configured range"), f"widen dataset.tasks.{name}.config"
+        drawn = draw_distinct(one, size, seed + i, taken, "eval.size", who, fix)
         eval_rows += [to_row(e, system, shots) for e in drawn]
+    for j, (key, one) in enumerate(transfer_sets(dataset_cfg, eval_cfg).items()):
+        taskset.score_too(one)  # a neighbouring task (gsm8k's leg_counting) is scored like the trained ones
+        who = (f"transfer set '{key}' (task '{one.names[0]}')", "outside the fixed eval")
+        drawn = draw_distinct(
+            one, size, seed + TRANSFER_SEED + j, taken, "eval.size", who, f"widen eval.transfer.{key}.config"
+        )
+        eval_rows += [{**to_row(e, system, shots), "eval_set": "transfer", "transfer": key} for e in drawn]
     return taskset, system, shots, eval_rows
+
+
+def check_trained(taskset: TaskSet, entries: list[dict[str, Any]]) -> None:
+    """Every task keeps training problems once the eval's are held out."""
+    counts = Counter(e["metadata"]["source_dataset"] for e in entries)
+    for name in taskset.names:
+        if not counts[name]:
+            raise ConfigError(
+                f"dataset.tasks.{name}: every training problem drawn shares its {taskset.holdout[name]} with "
+                "an eval problem; lower eval.size (or the transfer sets'), raise dataset.train_size or widen "
+                f"dataset.tasks.{name}.config"
+            )
 
 
 def build_datasets(dataset_cfg: dict[str, Any], eval_cfg: dict[str, Any]):
@@ -78,13 +156,7 @@ def build_datasets(dataset_cfg: dict[str, Any], eval_cfg: dict[str, Any]):
     from datasets import Dataset
 
     taskset, system, shots, eval_rows = build_eval_set(dataset_cfg, eval_cfg)
-    held_out = {r["question"] for r in eval_rows}
-    entries = taskset.sample(
-        int(dataset_cfg["train_size"]), int(dataset_cfg["seed"]), exclude_questions=held_out
-    )
-    if not entries:
-        raise ConfigError(
-            "dataset: every train problem is also in the eval set; raise dataset.train_size "
-            "or widen the task config"
-        )
+    held_out = {taskset.key(r) for r in eval_rows}
+    entries = taskset.sample(int(dataset_cfg["train_size"]), int(dataset_cfg["seed"]), exclude_keys=held_out)
+    check_trained(taskset, entries)
     return taskset, Dataset.from_list([to_row(e, system, shots) for e in entries]), eval_rows

@@ -55,12 +55,6 @@ def trl_interface() -> dict[str, str]:
     }
 
 
-def direct_head_budget() -> int:
-    """Completion logits a micro-batch may have for the direct head: a sixteenth of the host's memory at 18
-    bytes a logit (a bf16 and a few fp32 copies); above it, TRL's memory-lean head is kept."""
-    return host_memory_bytes() // 16 // 18
-
-
 def generate_with_cached_casts(model, accelerator) -> None:
     """Run `model.generate` inside one autocast context: leaving autocast, as accelerate does after each
     `forward`, empties its cache of bf16 weight copies, so every decoding step cast all the weights again."""
@@ -92,7 +86,9 @@ def completion_logprob_head(model, temperature: float, max_logits: int | None = 
     fused_forward = model.forward  # TRL's: the original forward when fused_lm_head is False
     if not _has_trl_head(fused_forward):
         return False
-    max_logits = direct_head_budget() if max_logits is None else max_logits
+    # Completion logits a micro-batch may have for the direct head: a sixteenth of the host's memory at 18
+    # bytes a logit (a bf16 and a few fp32 copies); above it, TRL's memory-lean head is kept.
+    max_logits = host_memory_bytes() // 16 // 18 if max_logits is None else max_logits
 
     # The class's signature, as TRL keeps it: `generate` decides which inputs to pass (position_ids for
     # left padding, logits_to_keep) from it.

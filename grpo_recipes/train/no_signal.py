@@ -40,9 +40,7 @@ class NoSignalWarning(TrainerCallback):
         if self.streak >= self.after and not self.warned and state.is_world_process_zero:
             self.warned = True
             log.warning(
-                "No learning signal for %d steps in a row (step %d): every prompt group's completions got "
-                "the same reward, so GRPO had no gradient. Likely cause: %s",
-                self.streak,
-                state.global_step,
-                likely_cause(logs, self.max_completion_length),
+                f"No learning signal for {self.streak} steps in a row (step {state.global_step}): every "
+                "prompt group's completions got the same reward, so GRPO had no gradient. Likely cause: "
+                f"{likely_cause(logs, self.max_completion_length)}"
             )

@@ -1,7 +1,6 @@
-"""One job of train_grpo.py, in one straight line: check the config and the run directory, assemble the
-run (assemble.py), build the trainer and its callbacks (trainer.py), then train, or evaluate alone
-(eval_only, below), and write the outputs. Nothing is written before everything is checked.
-"""
+"""One job of train_grpo.py, in one straight line: check the config and the run directory, assemble the run
+(assemble.py), build the trainer and its callbacks (trainer.py), then train, or evaluate alone (eval_only,
+below), and write the outputs. Nothing is written before everything is checked."""
 
 from __future__ import annotations
 
@@ -20,16 +19,17 @@ from grpo_common.errors import ConfigError
 from grpo_recipes.config import resume
 from grpo_recipes.config.checks import check_config
 from grpo_recipes.config.trainer_args import checked_here
+from grpo_recipes.outputs.logs import append_metrics, load_evals, setup_console
+from grpo_recipes.train import fast_paths
 from grpo_recipes.train.assemble import Setup, assemble
-from grpo_recipes.train.trainer import Training, build_trainer, describe
+from grpo_recipes.train.stopping import Interrupted, crashed, full_disk, stopped, trim_metrics_after
+from grpo_recipes.train.trainer import Training, build_trainer, describe, make_evaluator
 
 log = logging.getLogger("grpo_recipes")
 
 
 @contextlib.contextmanager
 def console(run_dir: Path | None, main: bool):
-    from grpo_recipes.outputs.logs import setup_console
-
     saved = sys.stdout, sys.stderr
     setup_console(run_dir, main=main)
     try:
@@ -53,9 +53,7 @@ def train(cfg: DictConfig) -> float:
         if plan.action == "finished":  # a sweep job (a single run stops before Hydra: preflight.py)
             resume.check_finished(run_dir, container["max_steps"])
             log.info(resume.finished_message(run_dir))
-            from grpo_recipes.outputs.logs import load_evals  # its objective, from its last fixed eval
-
-            evals = load_evals(run_dir)
+            evals = load_evals(run_dir)  # its objective, from its last fixed eval
             return float(evals[max(evals)]["metrics"][container["optimized_metric"]]) if evals else 0.0
         if plan.action == "resume" and main:
             if (saved := resume.saved_config(run_dir)) is not None:
@@ -87,10 +85,7 @@ def eval_only(cfg: dict[str, Any], run_dir: Path, s: Setup) -> float:
     from accelerate import Accelerator
     from transformers import TrainerState
 
-    from grpo_recipes.outputs.logs import append_metrics
     from grpo_recipes.outputs.report import write_report
-    from grpo_recipes.train.fast_paths import generate_with_cached_casts
-    from grpo_recipes.train.trainer import make_evaluator
 
     # The precision training would use (the Trainer wraps forward in bf16 autocast when bf16 is on),
     # so that eval_only on a checkpoint reproduces that run's eval exactly.
@@ -99,7 +94,7 @@ def eval_only(cfg: dict[str, Any], run_dir: Path, s: Setup) -> float:
     describe(cfg, run_dir, s, accelerator)
     model = accelerator.prepare_model(s.model, evaluation_mode=True).eval()
     if s.args.fast_paths is not False:  # as training generated its evals
-        generate_with_cached_casts(model, accelerator)
+        fast_paths.generate_with_cached_casts(model, accelerator)
     state = Path(cfg["model"]["path"]).expanduser() / "trainer_state.json"  # a checkpoint's; base model: 0
     step = TrainerState.load_from_json(str(state)).global_step if state.is_file() else 0
     metrics, _ = make_evaluator(cfg, s).run(model, accelerator, step, run_dir / "eval_results")
@@ -110,9 +105,6 @@ def eval_only(cfg: dict[str, Any], run_dir: Path, s: Setup) -> float:
 
 
 def _train(cfg: dict[str, Any], run_dir: Path, s: Setup, training: Training) -> float:
-    from grpo_recipes.train import fast_paths
-    from grpo_recipes.train.stopping import crashed, stopped, trim_metrics_after
-
     trainer, stop = training.trainer, training.stop
     describe(cfg, run_dir, s, trainer.accelerator)
     if (lora := s.peft_config) is not None:
@@ -124,7 +116,7 @@ def _train(cfg: dict[str, Any], run_dir: Path, s: Setup, training: Training) -> 
     n_train = sum(t.numel() for t in trainer.model.parameters() if t.requires_grad)
     n_all = sum(t.numel() for t in trainer.model.parameters())
     log.info(
-        "Training %.2f M of %.2f M parameters (%.2f%%)", n_train / 1e6, n_all / 1e6, 100 * n_train / n_all
+        f"Training {n_train / 1e6:.2f} M of {n_all / 1e6:.2f} M parameters ({100 * n_train / n_all:.2f}%)"
     )
     if s.resumed:  # from the last checkpoint, or from the start when the run stopped before its first
         step = int(s.checkpoint.name.split("-")[-1]) if s.checkpoint is not None else -1
@@ -133,10 +125,8 @@ def _train(cfg: dict[str, Any], run_dir: Path, s: Setup, training: Training) -> 
             dropped = trim_metrics_after(run_dir / "metrics.jsonl", step)
             trim_metrics_after(run_dir / "samples.jsonl", step)
         log.info(
-            "Resuming from %s (%d metric lines after step %d dropped: they are logged again)",
-            s.checkpoint or "the start: no checkpoint was saved",
-            dropped,
-            max(step, 0),
+            f"Resuming from {s.checkpoint or 'the start: no checkpoint was saved'} ({dropped} metric lines "
+            f"after step {max(step, 0)} dropped: they are logged again)"
         )
     stop.install()
     try:
@@ -153,20 +143,16 @@ def _train(cfg: dict[str, Any], run_dir: Path, s: Setup, training: Training) -> 
 
     final = run_dir / "final"
     save_final_model(trainer, final)  # the adapter alone when LoRA is on; ZeRO-3/FSDP shards gathered
-    if (
-        s.peft_config is not None
-        and cfg["model"]["lora"]["merge_on_save"]
-        and trainer.is_world_process_zero()
-    ):
-        merged = trainer.model.merge_and_unload()
-        merged.save_pretrained(run_dir / "final-merged")
+    if lora is not None and cfg["model"]["lora"]["merge_on_save"] and trainer.is_world_process_zero():
+        trainer.model.merge_and_unload().save_pretrained(run_dir / "final-merged")
         s.tokenizer.save_pretrained(run_dir / "final-merged")
     history = training.evaluation.history
     first, last = min(history), max(history)
+    before, after = history[first]["accuracy"], history[last]["accuracy"]
     metrics = {
         **result.metrics,
-        "baseline_eval_accuracy": history[first]["accuracy"],
-        "final_eval_accuracy": history[last]["accuracy"],
+        "baseline_eval_accuracy": before,
+        "final_eval_accuracy": after,
         "final_eval_step": last,
         "optimized_metric": cfg["optimized_metric"],  # what a sweeper was given (sweep.py reads it back)
         "objective": history[last][cfg["optimized_metric"]],
@@ -176,12 +162,7 @@ def _train(cfg: dict[str, Any], run_dir: Path, s: Setup, training: Training) -> 
         trainer.save_metrics("train", metrics, combined=False)
         report = write_report(run_dir)
         log.info(
-            "Fixed eval accuracy: step %d %.3f -> step %d %.3f | report: %s",
-            first,
-            history[first]["accuracy"],
-            last,
-            history[last]["accuracy"],
-            report,
+            f"Fixed eval accuracy: step {first} {before:.3f} -> step {last} {after:.3f} | report: {report}"
         )
     return float(history[last][cfg["optimized_metric"]])
 
@@ -197,8 +178,6 @@ def run_from_hydra(cfg: DictConfig) -> float:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
     except Exception as err:  # a stop that said why and how to continue, or a full disk: one line
-        from grpo_recipes.train.stopping import Interrupted, full_disk
-
         if isinstance(err, Interrupted):
             sys.exit(err.args[0])
         if not full_disk(err, cfg):

@@ -16,7 +16,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from grpo_recipes.outputs.logs import write_atomic
+from grpo_recipes.outputs.logs import write_atomic, write_to_log_file
 
 log = logging.getLogger(__name__)
 REWARD_ERRORS = 1  # the stop code of a reward failing too often (the others are signal numbers)
@@ -30,9 +30,8 @@ class GracefulStop(TrainerCallback):
         self.reason = ""  # why, in words, when not a signal
         self._previous = {}
         self.faults, self.stop_at = faults, stop_at  # rewards.guard.RewardFaults: failed calls per step
-        self.window: dict[str, collections.deque] = collections.defaultdict(
-            lambda: collections.deque(maxlen=window)
-        )
+        # reward name -> (calls, failed calls) of each of its last `window` steps
+        self.window = collections.defaultdict(lambda: collections.deque(maxlen=window))
         self.updating_from: int | None = None  # the step an optimizer update started from (crash saves)
 
     def install(self) -> None:
@@ -151,9 +150,7 @@ def stopped(cfg: dict[str, Any], run_dir: Path, training) -> Interrupted:
     if stop.reason:
         log.error("Stopping: %s", stop.reason)
     step = trainer.state.global_step
-    log.warning(
-        "Stopped at step %d with checkpoint-%d saved. Continue with: %s", step, step, resume_command(cfg)
-    )
+    log.warning(f"Stopped at step {step} with checkpoint-{step} saved. Continue with: {resume_command(cfg)}")
     return Interrupted(stop.exit_code)
 
 
@@ -166,7 +163,6 @@ def crashed(err: Exception, cfg: dict[str, Any], run_dir: Path, training) -> Exc
 
     from grpo_common.errors import ConfigError
     from grpo_recipes.config.resume import last_checkpoint_step
-    from grpo_recipes.outputs.logs import write_to_log_file
 
     trainer, stop = training.trainer, training.stop
     if isinstance(err, ConfigError) or full_disk(err, cfg, say=False):
@@ -182,14 +178,11 @@ def crashed(err: Exception, cfg: dict[str, Any], run_dir: Path, training) -> Exc
             write_to_log_file(f"saving checkpoint-{step} after the crash failed: {again!r}")
     _report(trainer, run_dir)
     last = last_checkpoint_step(run_dir)
+    error = f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"
+    where = f"checkpoint-{last}" if last is not None else "the start"
     log.error(
-        "Training failed in step %d: %s (traceback: %s). %sContinue from %s with: %s",
-        step + 1,
-        f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}",
-        run_dir / "train.log",
-        saved,
-        f"checkpoint-{last}" if last is not None else "the start",
-        resume_command(cfg),
+        f"Training failed in step {step + 1}: {error} (traceback: {run_dir / 'train.log'}). {saved}Continue "
+        f"from {where} with: {resume_command(cfg)}"
     )
     return Interrupted(1)
 
