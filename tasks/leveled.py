@@ -1,9 +1,11 @@
 """Training problems drawn on the fly at each task's current level. Index `i` is one problem per level, drawn
 by reasoning-gym's composite from `seed + i`, so every completion of a group (TRL fetches them by the same
-index) gets the same problem; a held-out question is redrawn from `i + size`, `i + 2 * size`, ... A level
-change rebuilds that task's generator, as reasoning-gym's `CurriculumExperiment` does."""
+index) gets the same problem; a held-out problem (by `key`: its question, or a code task's function) is
+redrawn from `i + size`, `i + 2 * size`, ..., then from the next indices' draws (a level can be mostly eval
+problems: experiment=digits holds half of level 0's 90 out). A level change rebuilds that task's generator,
+as reasoning-gym's `CurriculumExperiment` does."""
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from reasoning_gym.composite import CompositeConfig, CompositeDataset, DatasetSpec
@@ -11,14 +13,23 @@ from reasoning_gym.composite import CompositeConfig, CompositeDataset, DatasetSp
 from tasks.difficulty import config_at
 
 MAX_DRAWS = 16  # draws per index before giving up: the held-out set covers (nearly) every problem
+NEIGHBOURS = 16  # then the next indices' draws: up to 16 x MAX_DRAWS candidates
 
 
 class LeveledTasks:
     """`size` problems of the mixture `spec` (TaskSet.spec), the tasks in `levels` at their level."""
 
-    def __init__(self, spec: Mapping, levels: Mapping[str, int], size: int, seed: int, exclude_questions=()):
+    def __init__(
+        self,
+        spec: Mapping,
+        levels: Mapping[str, int],
+        size: int,
+        seed: int,
+        exclude=(),
+        key: Callable[[dict], str] = lambda entry: entry["question"],
+    ):
         self.spec, self.levels = spec, dict(levels)
-        self.size, self.exclude = size, exclude_questions
+        self.size, self.exclude, self.key = size, exclude, key  # `exclude`: the held-out problems' keys
         specs = [DatasetSpec(name, s["weight"], self._config(name)) for name, s in spec.items()]
         # sized for the redraws: a few generators (word_ladder) refuse an index past their size
         self._composite = CompositeDataset(CompositeConfig(size=size * MAX_DRAWS, seed=seed, datasets=specs))
@@ -40,13 +51,18 @@ class LeveledTasks:
     def __getitem__(self, idx: int) -> dict[str, Any]:
         """The problem at `idx` at the current levels; its `level` is the task's (None: no curriculum)."""
         if idx not in self._drawn:
-            draws = (self._composite[idx + attempt * self.size] for attempt in range(MAX_DRAWS))
-            entry = next((e for e in draws if e["question"] not in self.exclude), None)
+            total = self.size * MAX_DRAWS  # the composite's size
+            draws = (
+                self._composite[(idx + shift + attempt * self.size) % total]
+                for shift in range(NEIGHBOURS)  # shift 0: the index's own draws
+                for attempt in range(MAX_DRAWS)
+            )
+            entry = next((e for e in draws if self.key(e) not in self.exclude), None)
             if entry is None:
                 raise RuntimeError(
-                    f"training problem {idx}: {MAX_DRAWS} draws were all fixed-eval problems at levels "
-                    f"{self.levels}; the eval set covers (nearly) every problem of a level: lower eval.size "
-                    "(or the curriculum's per-level eval problems)"
+                    f"training problem {idx}: {NEIGHBOURS * MAX_DRAWS} draws were all eval problems at "
+                    f"levels {self.levels}; the eval covers (nearly) every problem of a level: lower "
+                    "eval.size (or dataset.curriculum.eval_per_level)"
                 )
             self._drawn[idx] = {**entry, "level": self.levels.get(entry["metadata"].get("source_dataset"))}
         return self._drawn[idx]

@@ -140,7 +140,7 @@ def test_held_out_questions_are_redrawn_never_served():
     # level 1 (two numbers of 1..99): enough distinct questions that no kept one repeats a held-out one
     plain = LeveledTasks(spec, {"sum_digits": 1}, size=100, seed=5)
     held_out = {plain[i]["question"] for i in range(0, 100, 2)}  # every other problem
-    problems = LeveledTasks(spec, {"sum_digits": 1}, size=100, seed=5, exclude_questions=held_out)
+    problems = LeveledTasks(spec, {"sum_digits": 1}, size=100, seed=5, exclude=held_out)
     served = [problems[i]["question"] for i in range(100)]
     assert not set(served) & held_out
     assert served[1::2] == [plain[i]["question"] for i in range(1, 100, 2)]  # the rest are untouched

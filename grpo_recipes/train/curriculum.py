@@ -14,41 +14,11 @@ from transformers.trainer_callback import ExportableState
 from grpo_recipes.train.data import build_eval_set, draw_distinct, to_row
 from tasks import TaskSet
 from tasks.difficulty import LevelController, VerdictRecorder, config_at, top_level
-from tasks.leveled import MAX_DRAWS, LeveledTasks
+from tasks.leveled import LeveledTasks
 
 log = logging.getLogger("grpo_recipes")
 
 COLUMNS = ("prompt", "question", "answer", "task", "metadata", "level")
-NEIGHBOURS = 16  # a held-out index then tries its next indices' draws: up to 16 x MAX_DRAWS candidates
-
-
-class HeldOutLevels(LeveledTasks):
-    """Training problems at the current levels (tasks/leveled.py) that skip every eval problem by its
-    hold-out key (a code task's function, not only its question). A level can be mostly eval problems:
-    experiment=digits holds 64 of level 0's 90 out for its fixed eval, where an index's 16 draws all missed
-    the other 26 for some indices; such an index then tries the draws of the indices after it."""
-
-    def __init__(self, taskset: TaskSet, levels, size: int, seed: int, held_out: set[str]):
-        super().__init__(taskset.spec, levels, size, seed)
-        self.key, self.held_out = taskset.key, held_out
-
-    def __getitem__(self, idx: int) -> dict[str, Any]:
-        if idx not in self._drawn:
-            total = self.size * MAX_DRAWS  # the composite's size
-            draws = (
-                self._composite[(idx + shift + attempt * self.size) % total]
-                for shift in range(NEIGHBOURS)  # shift 0: the index's own draws, as LeveledTasks makes them
-                for attempt in range(MAX_DRAWS)
-            )
-            entry = next((e for e in draws if self.key(e) not in self.held_out), None)
-            if entry is None:
-                raise RuntimeError(
-                    f"training problem {idx}: {NEIGHBOURS * MAX_DRAWS} draws were all eval problems at "
-                    f"levels {self.levels}; the eval covers (nearly) every problem of a level: lower "
-                    "eval.size (or dataset.curriculum.eval_per_level)"
-                )
-            self._drawn[idx] = {**entry, "level": self.levels.get(entry["metadata"].get("source_dataset"))}
-        return self._drawn[idx]
 
 
 @dataclass(frozen=True)
@@ -82,9 +52,8 @@ def build_curriculum_datasets(dataset_cfg: dict[str, Any], eval_cfg: dict[str, A
     controller = LevelController(
         tops, settings["start_level"], settings["raise_at"], settings["lower_at"], settings["window"]
     )
-    problems = HeldOutLevels(
-        taskset, controller.levels, int(dataset_cfg["train_size"]), int(dataset_cfg["seed"]), taken
-    )
+    size, seed = int(dataset_cfg["train_size"]), int(dataset_cfg["seed"])
+    problems = LeveledTasks(taskset.spec, controller.levels, size, seed, exclude=taken, key=taskset.key)
 
     def rows(batch: dict[str, list]) -> dict[str, list]:
         drawn = [problems[int(i)] for i in batch["index"]]
