@@ -31,12 +31,8 @@ def main() -> None:
         taskset,
         tokenizer,
         "answer_tag",
+        e,
         max_new_tokens=max_new,
-        batch_size=e["batch_size"],
-        do_sample=e["do_sample"],
-        temperature=e["temperature"],
-        pass_k=e["pass_k"],
-        print_examples=e["print_examples"],
     )
     indices = list(range(len(rows)))
 

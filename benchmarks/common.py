@@ -48,9 +48,11 @@ def default_setup(eval_size: int | None = None):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
+    from grpo_recipes.config.knobs import register
     from grpo_recipes.models.loading import load_model_and_tokenizer
     from grpo_recipes.train.data import build_datasets
 
+    register()  # the declared defaults, as train_grpo.py registers them
     overrides = [f"eval.size={eval_size}"] if eval_size else []
     with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "config")):
         cfg = compose("train", overrides=overrides)

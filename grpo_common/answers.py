@@ -1,9 +1,12 @@
 """Reading an answer out of text: the readers the answer formats chain (formats.py; the rules are in the
-README, "Rewards"), and how a number is spelled once read ('1,000' -> '1000'). A tag's answer is taken as
-written, decoration off; a multi-line answer (grid, board, moves) goes on the lines after a bare `[ANSWER]`.
+README, "Rewards"), how a number is spelled once read ('1,000' -> '1000'), and matching one with a gold
+answer (`match_answer`). A multi-line answer (grid, board, moves) goes on the lines after a bare `[ANSWER]`.
 Each reader returns the answer it found, or None; none raises, whatever the text."""
 
 import re
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
 
 # A number as written in text: thousands commas only in groups of three ("1,000", not "1,2").
 _NUMBER = r"[-+]?\$?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?"
@@ -195,3 +198,86 @@ def alone(text: str) -> str | None:
 def last_number(text: str) -> str | None:
     numbers = _LAST_NUMBER.findall(text)
     return normalize_number(numbers[-1]) if numbers else None
+
+
+# `match_answer` (qa_file's and the digit tasks' verifier): a number gold answer as a number, within `rel_tol`
+# unless an integer ("$1,000.00" == "1000", "3/4" == "0.75", "50%" == "50", but "1000 dollars" != 1000), any
+# other as text ignoring case, whitespace and decoration ("Paris" == " paris. "). Unicode minus signs and
+# spaces are written plainly.
+_MINUS_SIGNS = str.maketrans(
+    dict.fromkeys("\u2212\u2012\u2013\ufe63\uff0d", "-") | dict.fromkeys("\u00a0\u2009\u202f", " ")
+)
+_WRAPPED = (r"\\boxed\{(.*)\}", r"\\text\{(.*)\}", r"\$\$(.*)\$\$", r"\$(.*)\$", r"\\\((.*)\\\)")
+_WRAPPERS = [re.compile(p, re.DOTALL) for p in (*_WRAPPED, r"\*\*(.*)\*\*", r"`(.*)`", r'"(.*)"', r"'(.*)'")]
+_VALUE = re.compile(
+    r"(?P<sign1>[-+]?)\s*(?P<currency>[$€£¥₹]?)\s*(?P<sign2>[-+]?)\s*"
+    r"(?P<body>\d{1,3}(?:,\d{3})+(?:\.\d+)?"  # 1,000 / 1,000.50
+    r"|\d+/\d+"  # 3/4
+    r"|(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)"  # 1000 / 1000.00 / 1000. / .5 / 1e3
+    r"\s*(?P<percent>%?)"  # a unit mark, dropped on both sides: "50%" == "50" (no x100)
+)
+_MAX_EXPONENT = 400  # "1e999999" is not turned into a million-digit integer
+_VALUE_CHARS = 1_000  # longer answers are compared as text
+
+
+def _plain(text: Any) -> str:
+    """Collapse whitespace, unify minus signs, drop \\boxed{}, $..$, **..**, quotes and a final full stop."""
+    s = " ".join(str(text).translate(_MINUS_SIGNS).replace("\\%", "%").replace("\\$", "$").split())
+    for _ in range(4):
+        before = s
+        s = s.rstrip(".").strip()
+        for pattern in _WRAPPERS:
+            if m := pattern.fullmatch(s):
+                s = m.group(1).strip()
+        if s == before:
+            break
+    return s
+
+
+def _value(text: Any) -> tuple[Fraction, str | None] | None:
+    """'1,000', '$1000', '1000.00', '1e3', '3/4', '50%', '\u22125' -> (value, its plain decimal spelling or
+    None for a fraction, exponent or percentage); anything else -> None."""
+    s = _plain(text)
+    m = _VALUE.fullmatch(s) if len(s) <= _VALUE_CHARS else None
+    if not m or (m["sign1"] and m["sign2"]):
+        return None
+    negative = (m["sign1"] or m["sign2"]) == "-"
+    body = m["body"].replace(",", "")
+    if "/" in body:
+        num, den = map(int, body.split("/"))
+        return (Fraction(-num if negative else num, den), None) if den else None
+    dec = Decimal(body)
+    if abs(dec.adjusted()) > _MAX_EXPONENT:
+        return None
+    value = -Fraction(dec) if negative else Fraction(dec)
+    if "e" in body.lower() or m["percent"]:
+        return value, None
+    decimal = format(dec, "f")  # '007' -> '7', '.5' -> '0.5', '1000.' -> '1000'
+    if "." in decimal:
+        decimal = decimal.rstrip("0").rstrip(".")
+    return value, "0" if value == 0 else ("-" if negative else "") + decimal
+
+
+def canonical_answer(text: Any) -> str:
+    """A gold answer as stored: a plain decimal written plainly ('1,000' -> '1000'), else cleaned text."""
+    decimal = (_value(text) or (None, None))[1]
+    return decimal if decimal is not None else _plain(text)
+
+
+def match_answer(answer: Any, gold: Any, rel_tol: float = 1e-6) -> float:
+    """1.0 when `answer` matches `gold` (above), else 0.0; never raises."""
+    try:
+        if answer is None or gold is None:
+            return 0.0
+        expected = _value(gold)
+        if expected is None:
+            return float(_plain(answer).casefold() == _plain(gold).casefold() != "")
+        given = _value(answer)
+        if given is None:
+            return 0.0
+        a, b = given[0], expected[0]
+        if a == b or b.denominator == 1:  # an integer gold answer is matched exactly
+            return float(a == b)
+        return float(abs(a - b) <= Fraction(rel_tol) * max(abs(a), abs(b)))
+    except Exception:  # noqa: BLE001 - model text is arbitrary; a verifier must not crash training
+        return 0.0

@@ -33,10 +33,8 @@ class PromptFormat:  # one instance serves every run; subclasses define extract 
 _FORMAT_CHARS = 20_000  # the format checks read at most this many characters of a completion
 
 
-# One candidate per completion: the first rule of the chain that finds an answer gives it, and only that
-# answer meets the verifier (trying several would let a model fish for reward by writing many). What the
-# model marks as its answer (tag, phrase) comes first, then an opening verdict ("No, it does not follow."
-# is "No"), the whole reply, and the last number ("False, as 3 needs 4" is "False").
+# One candidate per completion: the first rule of the chain that finds an answer gives it (trying several
+# would let a model fish for reward by writing many). What the model marks as its answer comes first.
 class AnswerFormat(PromptFormat):
     chain = ("tag", "phrase", "lead_word", "alone", "last_number")  # each rule is a reader of answers.py
     rules = (*chain, "none")
@@ -58,9 +56,8 @@ class Plain(AnswerFormat):  # formatted when the answer is explicit: a tag or "t
         return self.extract(text[:_FORMAT_CHARS]).rule in ("tag", "phrase")
 
 
-# Every pattern here runs in linear time: nested lazy/greedy quantifiers that can retry the same text
-# (`.*?\S.*?`, `[^\n]*\s*`) made a completion of a few thousand characters take seconds, and longer
-# ones hours.
+# Every pattern here runs in linear time: nested quantifiers that retry the same text (`.*?\S.*?`) made a
+# completion of a few thousand characters take seconds.
 _TAG_SOFT = re.compile(r"\[ANSWER\][:\s]*\S", re.IGNORECASE)
 # The answer on the tag's line, or (multi-line answers: grids, boards) the block below a bare tag line.
 _TAG_STRICT = re.compile(
@@ -88,8 +85,7 @@ class AnswerTag(AnswerFormat):  # strict: one tag, ending the completion (its li
 # Soft think: after the first <think>, the first `</think> <answer>`, then some text and a </answer>.
 _THINK_THEN_ANSWER = re.compile(r"</think>\s*<answer>")
 _ANSWER_REST = re.compile(r"\s*\S.*?</answer>", re.DOTALL)
-# Strict: the answer may hold code (`a < b`), but no other think/answer tag; some non-space text, of which
-# at most one character may start a tag (as `body*? \S body*` allows).
+# Strict: the answer may hold code (`a < b`) but no other think/answer tag.
 _TAGS = r"</?answer>|</?think>"
 _BODY = rf"(?:(?!{_TAGS}).)"
 _THINK_STRICT = re.compile(
@@ -162,7 +158,7 @@ def get_format(name: str) -> PromptFormat:
 
 def reader(prompt_format: str, code_task: bool) -> PromptFormat:
     """The run's format when it reads what the task asks for (a program or an answer), else `code` for a code
-    task (the code preset has `think`, with the program inside <answer>) and `plain` for any other."""
+    task and `plain` for any other."""
     fmt = get_format(prompt_format)
     if fmt.reads_code == code_task:
         return fmt
@@ -173,8 +169,3 @@ def rule_names() -> list[str]:
     """Every registered format's extraction rules, each once, in registry order; "none" last."""
     found = dict.fromkeys(rule for fmt in FORMATS.values() for rule in fmt.rules if rule != "none")
     return [*found, "none"]
-
-
-def format_ok(text: str, prompt_format: str, strict: bool = True) -> bool:
-    """The format check by name, for callers with no format at hand."""
-    return get_format(prompt_format).is_formatted(text, strict)

@@ -54,11 +54,15 @@ def format_reward(ctx, mode="strict"):
     return reward
 
 
+def prompt_groups(questions: list) -> list[list[int]]:
+    """Each run of consecutive completions of one question (indices): a prompt's group, as TRL keeps it."""
+    return [list(run) for _, run in groupby(range(len(questions)), key=questions.__getitem__)]
+
+
 def log_stats(kwargs, rows, rewards, correct, judged) -> None:
     """Inside GRPOTrainer (which passes `log_metric`): accuracy/<task>, the share of correct completions;
-    groups/{reward,answer}_varied, the share of prompt groups (runs of consecutive completions of one
-    question, as TRL keeps them) whose rewards, or extracted answers, differ (a group with equal rewards has
-    zero advantage: it teaches nothing)."""
+    groups/{reward,answer}_varied, the share of prompt groups whose rewards, or extracted answers, differ (a
+    group with equal rewards has zero advantage: it teaches nothing)."""
     log_metric = kwargs.get("log_metric")
     if not callable(log_metric):
         return
@@ -67,9 +71,7 @@ def log_stats(kwargs, rows, rewards, correct, judged) -> None:
         per_task[row.get("task", "unknown")].append(ok)
     for task, oks in per_task.items():
         log_metric(f"accuracy/{task}", sum(oks) / len(oks))
-    questions = [r.get("question", "") for r in rows]
-    groups = [[i for i, _ in run] for _, run in groupby(enumerate(questions), key=lambda x: x[1])]
-    groups = [g for g in groups if len(g) > 1]
+    groups = [g for g in prompt_groups([r.get("question", "") for r in rows]) if len(g) > 1]
     answers = [extraction.answer for extraction, _ in judged]
     for name, values in (("reward", rewards), ("answer", answers)) if groups else ():
         varied = sum(len({values[i] for i in g}) > 1 for g in groups)

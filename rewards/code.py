@@ -5,12 +5,11 @@ in time and the language's epilogue then echoes the nonce (README: The code sand
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from grpo_common.errors import ConfigError
@@ -40,13 +39,8 @@ def _run_tests(program, prompt, setup, entry, steps, per_test):
     nonce = sys.stdin.readline().strip()
     out = os.dup(1)
 
-    class TestTimeout(BaseException):
-        pass
-
-    def alarm(signum, frame):
-        raise TestTimeout()
-
-    signal.signal(signal.SIGALRM, alarm)
+    # A test's alarm raises KeyboardInterrupt: a BaseException, which `except Exception` does not swallow.
+    signal.signal(signal.SIGALRM, signal.default_int_handler)
     plain_types = (int, float, complex, str, bytes, bool, type(None))
 
     def plain(value, depth=0):
@@ -69,18 +63,22 @@ def _run_tests(program, prompt, setup, entry, steps, per_test):
             return value
         return candidate
 
+    def run(seconds, env, *sources):  # True: every source ran within `seconds`
+        try:
+            _setitimer(_timer, seconds)
+            for source, filename in sources:
+                _exec(_compile(source, filename, "exec"), env)
+            return True
+        except BaseException:
+            return False
+        finally:
+            _setitimer(_timer, 0)
+
     solution_env = {"__name__": "solution"}
     tests_env = {"__name__": "tests", "__builtins__": pristine}
-    defined = False
-    try:
-        _setitimer(_timer, 2 * per_test)
-        _exec(_compile(program, "solution.py", "exec"), solution_env)
-        function = solution_env[entry] if entry else None
-        defined = True
-    except BaseException:
-        pass
-    finally:
-        _setitimer(_timer, 0)
+    defined = run(2 * per_test, solution_env, (program, "solution.py"))
+    defined = defined and (not entry or entry in solution_env)
+    function = solution_env.get(entry)
     for name, (module, contents) in saved.items():  # undo what the solution did to modules
         _modules[name] = module
         current = _vars(module)
@@ -92,31 +90,14 @@ def _run_tests(program, prompt, setup, entry, steps, per_test):
         if name not in saved and name not in others:
             del _modules[name]
     _modules.update(others)
-    if defined:
-        try:
-            _setitimer(_timer, 2 * per_test)
-            _exec(_compile(prompt, "prompt.py", "exec"), tests_env)
-            _exec(_compile(setup, "tests.py", "exec"), tests_env)
-            if entry:
-                tests_env[entry] = tests_env["candidate"] = checked(function)
-        except BaseException:
-            defined = False
-        finally:
-            _setitimer(_timer, 0)
+    defined = defined and run(2 * per_test, tests_env, (prompt, "prompt.py"), (setup, "tests.py"))
+    if defined and entry:
+        tests_env[entry] = tests_env["candidate"] = checked(function)
     results = []
     for source, counted in steps:
-        ok = False
-        if defined:
-            start = _now()
-            try:
-                _setitimer(_timer, per_test)
-                _exec(_compile(source, "tests.py", "exec"), tests_env)
-                ok = True
-            except BaseException:
-                ok = False
-            finally:
-                _setitimer(_timer, 0)
-            ok = ok and _now() - start <= per_test * 1.5  # an ignored alarm still fails the slow test
+        start = _now()
+        ok = defined and run(per_test, tests_env, (source, "tests.py"))
+        ok = ok and _now() - start <= per_test * 1.5  # an ignored alarm still fails the slow test
         if counted:
             results.append(ok)
     _write(out, ("\n" + nonce + " " + _dumps(results) + "\n").encode())
@@ -162,13 +143,9 @@ class TestSuite:
             return None
 
     def to_metadata(self) -> dict[str, Any]:
-        return {
-            "entry_point": self.entry_point,
-            "tests": [list(t) for t in self.tests],
-            "setup": self.setup,
-            "language": self.language,
-            "code_prompt": self.prompt,
-        }
+        fields = {**asdict(self), "tests": [list(t) for t in self.tests]}
+        fields["code_prompt"] = fields.pop("prompt")
+        return fields
 
     def limited(self, max_tests: int | None) -> TestSuite:
         """At most `max_tests` counted tests, spread evenly over the suite (first, ..., last), so that
@@ -180,7 +157,7 @@ class TestSuite:
         step = (len(counted) - 1) / max(max_tests - 1, 1)
         chosen = {counted[round(k * step)] for k in range(max_tests)}
         out = tuple(t for i, t in enumerate(self.tests) if i <= max(chosen) and (i in chosen or not t[1]))
-        return dataclasses.replace(self, tests=out)
+        return replace(self, tests=out)
 
     @property
     def num_tests(self) -> int:

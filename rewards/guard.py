@@ -8,7 +8,6 @@ the run when a reward fails too often (grpo.reward_errors_stop_at: grpo_recipes/
 from __future__ import annotations
 
 import contextlib
-import inspect
 import json
 import logging
 import math
@@ -21,32 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_common.errors import ConfigError
-
 log = logging.getLogger(__name__)
-# What TRL passes every reward besides the dataset's columns (GRPOTrainer._calculate_rewards).
-TRL_KWARGS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric")
-COLUMNS = ("question", "answer", "task", "metadata")  # the recipe's dataset columns (train/data.py to_row)
 
 
 class RewardTimeout(Exception):
     pass
-
-
-def check_signature(fn: Callable, key: str, columns=COLUMNS) -> None:
-    """A reward that can never accept TRL's call is refused before anything loads, in one line."""
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):  # a builtin or C callable: nothing to read
-        return
-    try:
-        sig.bind(**dict.fromkeys([*TRL_KWARGS, *columns]))
-    except TypeError as err:
-        raise ConfigError(
-            f"dataset.rewards.{key}: {getattr(fn, '__qualname__', fn)}{sig} cannot take TRL's call ({err}); "
-            f"rewards are called by keyword with {', '.join(TRL_KWARGS)} and the columns "
-            f"{', '.join(columns)}: add **kwargs for the ones it does not read"
-        ) from None
 
 
 def _scores(values: Any, n: int) -> tuple[list, str | None, int | None]:

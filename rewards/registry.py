@@ -4,7 +4,6 @@ and what every reward needs: the text of a completion, the task entry it answers
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import math
 from collections.abc import Callable, Mapping
@@ -14,7 +13,7 @@ from typing import Any
 from grpo_common.errors import ConfigError
 from grpo_common.formats import reader
 from grpo_common.templates import with_prefix
-from rewards.guard import RewardFaults, check_signature
+from rewards.guard import RewardFaults
 
 
 def completion_text(completion: Any) -> str:
@@ -48,28 +47,25 @@ class RewardContext:
 
     scorer: Callable[[str | None, Mapping[str, Any]], float]  # the tasks' verifier
     prompt_format: str
-    max_completion_length: int | None = None  # grpo's: the default L_max of soft_overlong (None: unknown)
-    # (texts, entries) -> [(Extraction, score)]: reads code for code tasks and scores a batch at once
-    # (TaskSet.judge); None: the prompt format's answer chain + `scorer`, one answer at a time.
+    max_completion_length: int | None = None  # soft_overlong's default L_max (None: unknown)
+    # (texts, entries) -> [(Extraction, score)], a batch at once (TaskSet.judge); None: `read_and_score`
     judge: Callable[[list[str], list[Mapping[str, Any]]], list] | None = None
     response_prefix: str = ""  # the chat template's pre-fill (e.g. "<think>\n"): rewards read it + completion
-    # (reward kwargs, each completion's verdict) -> None: told every training batch's verdicts (the
-    # curriculum's levels follow them); only the first reward that judges every completion calls it
+    # (reward kwargs, verdicts) -> None: told each training batch's verdicts (the curriculum's levels follow
+    # them); only the first reward that judges every completion calls it
     on_verdicts: Callable[[Mapping[str, Any], list[bool]], None] | None = None
     faults: RewardFaults = field(default_factory=RewardFaults)  # every reward's failed calls (guard.py)
 
     def __post_init__(self):
-        if self.judge is None:
-            answers, code = reader(self.prompt_format, False), reader(self.prompt_format, True)
+        self.judge = self.judge or self.read_and_score
 
-            def judge(texts, rows):
-                from rewards.code import TestSuite
+    def read_and_score(self, texts: list[str], rows: list[Mapping[str, Any]]) -> list:
+        """The prompt format's answer chain (its code reader for a code task) + `scorer`, one at a time."""
+        from rewards.code import TestSuite
 
-                is_code = [TestSuite.from_metadata(row.get("metadata")) is not None for row in rows]
-                found = [(code if c else answers).extract(t) for t, c in zip(texts, is_code)]
-                return [(e, self.scorer(e.answer, row)) for e, row in zip(found, rows)]
-
-            self.judge = judge
+        code = [TestSuite.from_metadata(row.get("metadata")) is not None for row in rows]
+        found = [reader(self.prompt_format, c).extract(t) for t, c in zip(texts, code)]
+        return [(e, self.scorer(e.answer, row)) for e, row in zip(found, rows)]
 
 
 # Rewards that judge every completion: the first in dataset.rewards reports to `RewardContext.on_verdicts`.
@@ -103,6 +99,27 @@ def _import_dotted(path: str) -> Callable:
     return fn
 
 
+def _check_signature(fn: Callable, key: str) -> None:
+    """A reward that can never accept TRL's call is refused before anything loads, in one line."""
+    import inspect
+
+    # What TRL passes every reward (GRPOTrainer._calculate_rewards), then the recipe's dataset columns.
+    trl = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric")
+    columns = ("question", "answer", "task", "metadata")
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin or C callable: nothing to read
+        return
+    try:
+        sig.bind(**dict.fromkeys([*trl, *columns]))
+    except TypeError as err:
+        raise ConfigError(
+            f"dataset.rewards.{key}: {getattr(fn, '__qualname__', fn)}{sig} cannot take TRL's call ({err}); "
+            f"rewards are called by keyword with {', '.join(trl)} and the columns "
+            f"{', '.join(columns)}: add **kwargs for the ones it does not read"
+        ) from None
+
+
 def _named(fn: Callable, name: str, ctx: RewardContext) -> Callable:
     """`fn` under its YAML name, reading each completion as the whole reply (`ctx.response_prefix`, set once
     the tokenizer is loaded, + the completion); a failing call scores None and is recorded (guard.py)."""
@@ -133,14 +150,7 @@ def build_rewards(spec: Mapping[str, Any], ctx: RewardContext) -> tuple[list[Cal
                 f"got {weight!r}"
             )
         fn_name = params.pop("fn", key)
-        if "." in fn_name or ":" in fn_name:
-            if params:
-                raise ConfigError(
-                    f"dataset.rewards.{key}: a dotted-path reward takes only 'weight', got {sorted(params)}"
-                )
-            fn = _import_dotted(fn_name)
-            check_signature(fn, key)
-        elif fn_name in REWARDS:
+        if fn_name in REWARDS:
             factory, accepted = REWARDS[fn_name]
             for p, value in params.items():
                 if p not in accepted:
@@ -159,7 +169,16 @@ def build_rewards(spec: Mapping[str, Any], ctx: RewardContext) -> tuple[list[Cal
                 raise ConfigError(message) from None
             if fn_name in VERDICT_REWARDS and reporter.on_verdicts is not None:
                 reporter = replace(reporter, on_verdicts=None)
+        elif "." in fn_name or ":" in fn_name:
+            if params:
+                raise ConfigError(
+                    f"dataset.rewards.{key}: a dotted-path reward takes only 'weight', got {sorted(params)}"
+                )
+            fn = _import_dotted(fn_name)
+            _check_signature(fn, key)
         else:
+            import difflib
+
             close = difflib.get_close_matches(fn_name, list(REWARDS), n=3, cutoff=0.5)
             hint = f" Did you mean: {', '.join(close)}?" if close else ""
             raise ConfigError(

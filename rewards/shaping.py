@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from itertools import groupby
 from typing import Any
 
 from grpo_common.errors import ConfigError
 from grpo_common.formats import get_format
+from rewards.accuracy import prompt_groups
 from rewards.registry import completion_text, entries, is_int, is_number
 
 
@@ -79,11 +79,9 @@ def length_scaled(ctx, scope="batch") -> Callable:
         lengths = _lengths(completions, completion_ids, len)
         judged = ctx.judge([completion_text(c) for c in completions], entries(kwargs, n))
         correct = [score >= 1.0 for _, score in judged]
-        if scope == "group" and "question" in kwargs:
-            questions = kwargs["question"]
-            groups = [list(run) for _, run in groupby(range(n), key=lambda i: questions[i])]
-        else:
-            groups = [list(range(n))]
+        groups = (
+            prompt_groups(kwargs["question"]) if scope == "group" and "question" in kwargs else [range(n)]
+        )
         out = [0.0] * n
         for group in groups:
             lo, hi = min(lengths[i] for i in group), max(lengths[i] for i in group)

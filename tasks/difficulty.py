@@ -1,6 +1,4 @@
-"""Adaptive difficulty: a level per task, from reasoning-gym's own curricula (`reasoning_gym.coaching`). A
-task's level is its curriculum's global level; its config there is the curriculum's configuration over the
-task's config as written (keys no attribute governs keep the user's value). The level follows the task's
+"""Adaptive difficulty: a level per task (its reasoning-gym curriculum's global level), following the task's
 rolling training accuracy (`LevelController`), fed by the accuracy reward (`VerdictRecorder`)."""
 
 import dataclasses
@@ -24,7 +22,7 @@ def top_level(task: str) -> int | None:
 
 
 def config_at(task: str, level: int, config: Mapping[str, Any]) -> dict[str, Any]:
-    """`task`'s config at `level`: its curriculum's attributes at that level over `config`; validated."""
+    """`task`'s config at `level`: its curriculum's attributes over `config` (other keys keep their value)."""
     registered(task)
     curriculum = create_curriculum(task)
     curriculum.set_global_level(level)
@@ -39,9 +37,8 @@ def config_at(task: str, level: int, config: Mapping[str, Any]) -> dict[str, Any
 
 
 class LevelController:
-    """Each task's level from its rolling accuracy over the last `window` verdicts at that level: a full
-    window at accuracy >= `raise_at` moves it one level up, one below `lower_at` one down, within [0, its top
-    level], and starts empty at the new level. Verdicts on problems drawn at another level do not count."""
+    """Each task's level from its accuracy over the last `window` verdicts at that level: a full window at
+    >= `raise_at` moves it one level up, below `lower_at` one down, and starts empty at the new level."""
 
     def __init__(self, top_levels: Mapping[str, int], start_level=0, raise_at=0.7, lower_at=0.3, window=64):
         self.top_levels = dict(top_levels)
@@ -83,15 +80,14 @@ class LevelController:
 
 
 class VerdictRecorder:
-    """The reward-side hook: keeps this process's verdicts until the next level update takes them, and
-    logs each task's current level (`curriculum/<task>/level`) through TRL's `log_metric`."""
+    """The reward-side hook: keeps this process's verdicts until the next level update takes them, and logs
+    each task's level (`curriculum/<task>/level`) through TRL's `log_metric`."""
 
     def __init__(self, levels: Callable[[], Mapping[str, int]]):
         self.levels = levels
         self.pending: list[Verdict] = []
 
     def __call__(self, columns: Mapping[str, Any], correct: list[bool]) -> None:
-        """`columns`: the reward kwargs TRL passes (the batch's dataset columns, `log_metric`)."""
         tasks = columns.get("task") or []
         drawn_at = columns.get("level") or [None] * len(tasks)
         self.pending += [(t, lv, ok) for t, lv, ok in zip(tasks, drawn_at, correct) if lv is not None]

@@ -9,18 +9,17 @@ from reasoning_gym.coaching import BaseCurriculum, RangeAttributeDefinition
 from reasoning_gym.dataset import ProceduralDataset
 from reasoning_gym.factory import register_dataset
 
+from grpo_common.answers import match_answer
+
 
 class _IntegerAnswerDataset(ProceduralDataset):
-    """Binary scoring on integers: '28', ' 28 ' and '0028' are all 28."""
+    """Scored as numbers: '28', ' 28 ' and '0028' are all 28."""
 
     def __init__(self, config):
         super().__init__(config=config, seed=config.seed, size=config.size)
 
     def score_answer(self, answer: str | None, entry: dict[str, Any]) -> float:
-        try:
-            return float(int(str(answer).strip().replace(",", "")) == int(entry["answer"]))
-        except (TypeError, ValueError):
-            return 0.0
+        return match_answer(answer, entry["answer"])
 
 
 @dataclass

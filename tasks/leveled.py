@@ -1,11 +1,10 @@
-"""Training problems drawn on the fly at each task's current level. Index `i` is one problem per level, drawn
-by reasoning-gym's composite from `seed + i`, so every completion of a group (TRL fetches them by the same
-index) gets the same problem; a held-out problem (by `key`: its question, or a code task's function) is
-redrawn from `i + size`, `i + 2 * size`, ..., then from the next indices' draws (a level can be mostly eval
-problems: experiment=digits holds half of level 0's 90 out). A level change rebuilds that task's generator,
-as reasoning-gym's `CurriculumExperiment` does."""
+"""Training problems drawn on the fly at each task's current level. Index `i` is one problem per level (every
+completion of a group gets the same one); a held-out problem (by `key`) is redrawn from `i + size`,
+`i + 2 * size`, ..., then from the next indices' draws (experiment=digits holds half of level 0 out). A level
+change rebuilds that task's generator, as reasoning-gym's `CurriculumExperiment` does."""
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from operator import itemgetter
 from typing import Any
 
 from reasoning_gym.composite import CompositeConfig, CompositeDataset, DatasetSpec
@@ -20,13 +19,7 @@ class LeveledTasks:
     """`size` problems of the mixture `spec` (TaskSet.spec), the tasks in `levels` at their level."""
 
     def __init__(
-        self,
-        spec: Mapping,
-        levels: Mapping[str, int],
-        size: int,
-        seed: int,
-        exclude=(),
-        key: Callable[[dict], str] = lambda entry: entry["question"],
+        self, spec: Mapping, levels: Mapping, size: int, seed: int, exclude=(), key=itemgetter("question")
     ):
         self.spec, self.levels = spec, dict(levels)
         self.size, self.exclude, self.key = size, exclude, key  # `exclude`: the held-out problems' keys
@@ -49,7 +42,7 @@ class LeveledTasks:
         return self.size
 
     def __getitem__(self, idx: int) -> dict[str, Any]:
-        """The problem at `idx` at the current levels; its `level` is the task's (None: no curriculum)."""
+        """The problem at `idx` at the current levels; its `level`: None for a task without a curriculum."""
         if idx not in self._drawn:
             total = self.size * MAX_DRAWS  # the composite's size
             draws = (

@@ -1,8 +1,6 @@
-"""`python_functions`: procedural Python functions with generated tests, a code task (tasks/code.py).
-
-"Write a Python function `add_7(x)` that returns x plus 7.": a template of `TEMPLATES` with a number k and
-a letter c drawn, an example input shown in the question, and `num_tests` asserts on other inputs.
-"""
+"""`python_functions`, a code task (tasks/code.py): "Write a Python function `add_7(x)` that returns x plus
+7.", a template of `TEMPLATES` with a number k and a letter c drawn, an example input shown in the question,
+and `num_tests` asserts on other inputs."""
 
 import functools
 import string
@@ -160,8 +158,6 @@ class PythonFunctionsConfig:
 
 
 class PythonFunctionsDataset(CodeDataset):
-    """'Write a Python function `add_7(x)` that returns x plus 7.' with generated asserts."""
-
     task = NAME
 
     def __init__(self, config: PythonFunctionsConfig):
@@ -187,18 +183,13 @@ class PythonFunctionsDataset(CodeDataset):
                 inputs.append(arg)
         tests = tuple((f"assert candidate({a!r}) == {reference(a)!r}", True) for a in inputs)
         suite = TestSuite(entry_point, tests)
+        output = reference(example)
         question = (
             f"Write a Python function `{signature}` that {description}.\n"
-            f"Example: {entry_point}({example!r}) returns {reference(example)!r}.\n{INSTRUCTION}"
+            f"Example: {entry_point}({example!r}) returns {output!r}.\n{INSTRUCTION}"
         )
         return self.entry(
-            idx,
-            question,
-            answer,
-            suite,
-            template=name,
-            example_input=example,
-            example_output=reference(example),
+            idx, question, answer, suite, template=name, example_input=example, example_output=output
         )
 
 

@@ -1,6 +1,5 @@
 """Every task by name: reasoning-gym's registry, plus the project's own tasks registered into it.
-`validate_tasks` checks names and config keys before anything is built; `TaskSet` builds the data, reads
-each completion in the run's prompt format and scores it with the task's own verifier (1.0: correct)."""
+`TaskSet` builds the data, reads each completion in the run's prompt format and scores it (1.0: correct)."""
 
 import dataclasses
 import hashlib
@@ -32,14 +31,11 @@ CODE_TASKS = {"humaneval", "code_file", "python_functions"}  # answered by progr
 HOLDOUTS = ("question", "function", "template")
 MANAGED_KEYS = {"seed", "size"}  # in every reasoning-gym config; the recipe sets them (dataset.seed, sizes)
 JUDGED_KEPT = 4096  # verdicts TaskSet.judge remembers (a few steps' completions and an eval)
-NOT_TASKS = {
-    "composite": "reasoning-gym's mixture wrapper is not a task: list the tasks to mix under dataset.tasks"
-}
 ALIASES = {"game_of_24": "puzzle24", "24_game": "puzzle24", "countdown_game": "countdown"}  # common names
 
 
 def available_tasks() -> list[str]:
-    return sorted((set(DATASETS) | set(OWN_TASKS)) - set(NOT_TASKS))
+    return sorted((set(DATASETS) | set(OWN_TASKS)) - {"composite"})  # reasoning-gym's mixture wrapper
 
 
 def is_code_task(name: str) -> bool:
@@ -47,9 +43,8 @@ def is_code_task(name: str) -> bool:
 
 
 def holdout_of(task: str, setting: str = "auto") -> str:
-    """What an eval problem of `task` keeps out of training under `dataset.holdout=setting`: auto is the
-    function asked for in a code task (a problem differs from another of that function only by its example
-    input), the question otherwise."""
+    """What an eval problem of `task` keeps out of training under `dataset.holdout=setting`: auto is a code
+    task's function (its problems differ only by their example input), the question otherwise."""
     if setting == "auto":
         return "function" if is_code_task(task) else "question"
     if setting not in HOLDOUTS:
@@ -68,9 +63,8 @@ def normalised(question: str) -> str:
 
 
 def holdout_key(entry: Mapping[str, Any], setting: str = "auto") -> str:
-    """What an entry or row holds out of training under `dataset.holdout=setting`: its normalised question,
-    or a code task's function (its entry point with the drawn k/c: `clamp_5`) or template, read from its
-    metadata under the task's `holdout_fields`."""
+    """What an entry or row holds out of training: its normalised question, or a code task's function
+    (`clamp_5`) or template, from its metadata under the task's `holdout_fields`."""
     metadata = entry["metadata"]
     metadata = json.loads(metadata) if isinstance(metadata, str) else metadata
     task = str(entry.get("task") or metadata.get("source_dataset"))
@@ -109,41 +103,38 @@ def validate_tasks(tasks: Mapping[str, Any], where: str | None = None) -> dict[s
         raise ConfigError("dataset.tasks must be a non-empty mapping of task name -> {weight, config}")
     names, out = available_tasks(), {}
     group = f"{where}.task" if where else "dataset.tasks"
-
-    def path(name: str) -> str:
-        return where or f"dataset.tasks.{name}"
-
     for name, spec in tasks.items():
-        spec = dict(spec or {})
+        name, spec, path = str(name), dict(spec or {}), where or f"dataset.tasks.{name}"
         if unknown := set(spec) - {"weight", "config"}:
             raise ConfigError(
-                f"{path(name)}: unknown key(s) {sorted(unknown)}; each task takes 'weight' and 'config'"
+                f"{path}: unknown key(s) {sorted(unknown)}; each task takes 'weight' and 'config'"
             )
-        weight = spec.get("weight", 1.0)
+        weight, config = spec.get("weight", 1.0), dict(spec.get("config") or {})
         if not isinstance(weight, (int, float)) or weight <= 0:
-            raise ConfigError(f"{path(name)}.weight must be a positive number, got {weight!r}")
-        out[str(name)] = {"weight": float(weight), "config": dict(spec.get("config") or {})}
-    for name, spec in out.items():
-        if name in NOT_TASKS:
-            raise ConfigError(f"{group}: '{name}': {NOT_TASKS[name]}")
+            raise ConfigError(f"{path}.weight must be a positive number, got {weight!r}")
+        if name == "composite":
+            raise ConfigError(
+                f"{group}: 'composite': reasoning-gym's mixture wrapper is not a task: "
+                "list the tasks to mix under dataset.tasks"
+            )
         if name not in names:
             raise ConfigError(
                 f"{group}: unknown task '{name}'.{_suggest(name, names)} "
                 f"({len(names)} tasks available: `python -m tasks` lists them)"
             )
         keys = task_config_keys(name)
-        for key in spec["config"]:
-            if key not in keys:
-                raise ConfigError(
-                    f"{path(name)}.config: unknown key '{key}'.{_suggest(key, keys)} "
-                    f"Accepted keys: {', '.join(keys) or '(none)'}"
-                )
+        if bad := [key for key in config if key not in keys]:
+            raise ConfigError(
+                f"{path}.config: unknown key '{bad[0]}'.{_suggest(bad[0], keys)} "
+                f"Accepted keys: {', '.join(keys) or '(none)'}"
+            )
         try:
-            config = registered(name)[1](**spec["config"])
-            if hasattr(config, "validate"):
-                config.validate()
+            checked = registered(name)[1](**config)
+            if hasattr(checked, "validate"):
+                checked.validate()
         except (AssertionError, ValueError, TypeError) as err:
-            raise ConfigError(f"{path(name)}.config is invalid: {err or type(err).__name__}") from None
+            raise ConfigError(f"{path}.config is invalid: {err or type(err).__name__}") from None
+        out[name] = {"weight": float(weight), "config": config}
     return out
 
 
@@ -151,13 +142,7 @@ class TaskSet:
     """A mixture of tasks (weights: sampling probabilities) with their verifiers, reading `prompt_format`;
     `holdout` (dataset.holdout) says what an eval problem keeps out of training (`key`)."""
 
-    def __init__(
-        self,
-        tasks: Mapping[str, Any],
-        prompt_format: str = "plain",
-        holdout: str = "auto",
-        where: str | None = None,
-    ):
+    def __init__(self, tasks: Mapping[str, Any], prompt_format="plain", holdout="auto", where=None):
         self.spec = validate_tasks(tasks, where)
         formats.get_format(prompt_format)  # an unknown name fails here, not at the first answer
         self.prompt_format = prompt_format
@@ -176,34 +161,24 @@ class TaskSet:
         return CompositeDataset(CompositeConfig(size=size, seed=seed, datasets=specs))
 
     def score_too(self, other: "TaskSet") -> None:
-        """Verify `other`'s tasks as well (a transfer set's task that is not trained on), by their own
-        verifiers; what this set trains on is unchanged."""
+        """Verify `other`'s tasks too (a transfer set's untrained task); what is trained is unchanged."""
         for name in other.names:
             self._scorer.datasets.setdefault(name, other._scorer.datasets[name])
 
     def key(self, entry: Mapping[str, Any]) -> str:
-        """An entry's or row's hold-out key (`holdout_key`) under this set's `dataset.holdout`."""
         return holdout_key(entry, self.holdout_setting)
 
-    def sample(
-        self, size: int, seed: int, exclude_questions: set[str] | None = None, exclude_keys: set[str] = ()
-    ) -> list[dict[str, Any]]:
-        """`size` draws from `seed`, less those whose question or hold-out key is excluded."""
-        return [
-            e
-            for e in self._composite(size, seed)
-            if e["question"] not in (exclude_questions or ())
-            and not (exclude_keys and self.key(e) in exclude_keys)
-        ]
+    def sample(self, size: int, seed: int, exclude_keys: set[str] = ()) -> list[dict[str, Any]]:
+        """`size` draws from `seed`, less those whose hold-out key is excluded."""
+        draws = self._composite(size, seed)
+        return [e for e in draws if not exclude_keys or self.key(e) not in exclude_keys]
 
     def distinct(self, size: int, seed: int, exclude_keys=(), draws: int = 4096) -> tuple[list[dict], int]:
-        """Up to `size` problems in draw order from `seed` (the first of `sample(draws, seed)`), no two
-        with the same hold-out key or normalised question, none with a key in `exclude_keys`; and the draws
-        made."""
+        """Up to `size` problems in draw order from `seed`, no two with the same hold-out key or normalised
+        question, none with a key in `exclude_keys`; and the draws made."""
         composite = self._composite(max(draws, size), seed)
         keys, questions, out = set(exclude_keys), set(), []
-        for i in range(len(composite)):
-            entry = composite[i]
+        for i, entry in enumerate(composite):
             key, question = self.key(entry), normalised(entry["question"])
             if key not in keys and question not in questions:
                 keys.add(key)
@@ -221,7 +196,7 @@ class TaskSet:
     def judge(self, texts: list[str], entries: list[Mapping[str, Any]]) -> list[tuple[Extraction, float]]:
         """Extract and score a batch, each (text, entry) once (a group's identical completions too); tasks
         that score in batches (code: programs run in parallel) do."""
-        # each (completion, entry) once, as a short digest (a HumanEval entry alone is kilobytes)
+        # a short digest of each (completion, entry): a HumanEval entry alone is kilobytes
         fields = ("task", "question", "answer", "metadata")
         raw = ["\x00".join(map(str, (t, *map(e.get, fields)))) for t, e in zip(texts, entries)]
         keys = [hashlib.sha256(r.encode("utf-8", "replace")).hexdigest() for r in raw]
@@ -231,7 +206,7 @@ class TaskSet:
                 todo.setdefault(str(entries[i].get("task")), {}).setdefault(key, i)
         for task, first in todo.items():
             idx = list(first.values())
-            found = [self.extract(texts[i], entries[i].get("task")) for i in idx]
+            found = [self.extract(texts[i], task) for i in idx]
             dataset = self._scorer.datasets.get(task)
             if hasattr(dataset, "score_answers"):
                 scores = dataset.score_answers([x.answer for x in found], [entries[i] for i in idx])
@@ -245,7 +220,7 @@ class TaskSet:
         return out
 
     def verifiers(self) -> dict[str, str]:
-        """What each task's score means (the eval's JSON and the report say it)."""
+        """What each task's score means (for the eval's JSON and the report)."""
         default = "the task's own verifier (score_answer), correct at a score of 1"
         found = self._scorer.datasets  # the trained tasks, then those only evaluated (score_too)
         return {name: d.verifier() if hasattr(d, "verifier") else default for name, d in found.items()}
@@ -257,9 +232,8 @@ class TaskSet:
         if answer is None:
             return 0.0
         metadata = entry["metadata"]
-        # A row's metadata is JSON text, which turns tuples into lists. ARC's verifier compares the grid with
-        # a tuple of tuples (`parse_board(answer) == metadata["output"]`): a correct grid scored 0.05 from a
-        # row. tests/test_task_registry.py scores every task from its row.
+        # A row's metadata is JSON text, which turns tuples into lists; ARC's verifier compares the grid
+        # with a tuple of tuples, so a correct grid scored 0.05 from a row.
         if isinstance(metadata, str):
             metadata = json.loads(metadata)
             if isinstance(metadata, dict) and metadata.get("source_dataset") in ("arc_agi", "rearc"):
@@ -271,9 +245,8 @@ class TaskSet:
         full = {"question": entry.get("question", ""), "answer": ref, "metadata": metadata}
         score = self._verify(answer, full)
         if score < 1.0 and isinstance(answer, str) and isinstance(ref, str) and same_answer(answer, ref):
-            # The extraction writes numbers plainly ("0.0" -> "0", "1,000" -> "1000") and drops a sentence's
-            # full stop; a verifier that compares spellings (codeio: "0.0"; emoji_mystery's sentences end
-            # in ".") is given the reference's spelling of the same answer.
+            # The extraction writes numbers plainly ("0.0" -> "0") and drops a sentence's full stop: a
+            # verifier that compares spellings (codeio, emoji_mystery) is given the reference's spelling.
             score = max(score, self._verify(ref, full))
         return score
 

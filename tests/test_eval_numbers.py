@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from grpo_recipes.evaluation.alarms import check_hacking, train_rewards
 from grpo_recipes.evaluation.chance import chance_metrics, chance_table
+from grpo_recipes.evaluation.console import alarm_message, check_hacking, train_rewards
 from grpo_recipes.evaluation.evaluator import summarize
 from tasks import TaskSet
 from tests.conftest import read_jsonl, run_train
@@ -168,15 +168,16 @@ def test_the_alarm_needs_the_reward_up_and_the_accuracy_down_by_more_than_the_dr
     rising = [(s, float(s)) for s in range(1, 20)]
     check = check_hacking(rising, 20, 10, 0.60, 0.40, window=5, drop=0.05)
     # now: the 5 logged up to step 20 (15..19); before: the 5 before step 10's eval (5..9)
-    assert (check.reward_before, check.reward_now) == (7.0, 17.0) and check.raised
-    assert "eval.hacking_window=5" in check.message() and "eval.hacking_drop=0.05" in check.message()
-    assert "7.000" in check.message() and "0.400" in check.message()
-    assert not check_hacking(rising, 20, 10, 0.60, 0.56, window=5, drop=0.05).raised  # fell 0.04 only
+    assert (check["reward_before"], check["reward_now"]) == (7.0, 17.0) and check["raised"]
+    message = alarm_message(check)
+    assert "eval.hacking_window=5" in message and "eval.hacking_drop=0.05" in message
+    assert "7.000" in message and "0.400" in message
+    assert not check_hacking(rising, 20, 10, 0.60, 0.56, window=5, drop=0.05)["raised"]  # fell 0.04 only
     falling = [(s, -float(s)) for s in range(1, 20)]
-    assert not check_hacking(falling, 20, 10, 0.60, 0.10, window=5, drop=0.05).raised
+    assert not check_hacking(falling, 20, 10, 0.60, 0.10, window=5, drop=0.05)["raised"]
     # the previous eval at step 0: the first window stands in
     first = check_hacking(rising, 20, 0, 0.60, 0.10, window=5, drop=0.05)
-    assert first.first_window and first.reward_before == 3.0 and first.raised
+    assert first["first_window"] and first["reward_before"] == 3.0 and first["raised"]
     assert check_hacking([], 20, 10, 0.6, 0.1, window=5, drop=0.05) is None
     history = [{"reward": 1.0, "step": 1}, {"reward": float("nan"), "step": 2}, {"train_runtime": 3}]
     assert train_rewards(history) == [(1, 1.0)]

@@ -13,9 +13,8 @@ CONFIG = Path(__file__).resolve().parents[1] / "config"
 
 def evaluator(rows, taskset, tokenizer, prompt_format="answer_tag", **given):
     """A FixedEvaluator with the eval group's declared defaults (config/knobs.py), `given` over them."""
-    e = declared("eval")
-    keys = ("batch_size", "do_sample", "temperature", "pass_k", "print_examples")
-    return FixedEvaluator(rows, taskset, tokenizer, prompt_format, **{**{k: e[k] for k in keys}, **given})
+    own = {k: given.pop(k) for k in ("max_new_tokens", "response_prefix", "rewards", "holdout") if k in given}
+    return FixedEvaluator(rows, taskset, tokenizer, prompt_format, {**declared("eval"), **given}, **own)
 
 
 def example(task, correct, score, fmt, length, rule="tag"):

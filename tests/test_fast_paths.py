@@ -6,6 +6,7 @@ import inspect
 import pytest
 import torch
 
+from grpo_common.errors import ConfigError
 from grpo_recipes.models.tiny import tiny_model, tiny_tokenizer
 from grpo_recipes.train import fast_paths
 from grpo_recipes.train.fast_paths import completion_logprob_head, generate_with_cached_casts
@@ -157,37 +158,30 @@ def test_apply_installs_what_fits_the_trainer(tokenizer, tmp_path):
     assert "completion-only log-prob head" in fast_paths.install(with_reference)
     assert with_reference.ref_model.forward.__func__.__code__.co_filename == fast_paths.__file__
     assert fast_paths.install(grpo_trainer(tokenizer, tmp_path, entropy_coef=0.01)) == [
-        "generation under one autocast context"
-    ]  # the entropy bonus needs TRL's head
+        "generation under one autocast context",
+        "completion-only log-prob head off: the entropy bonus needs TRL's head",
+    ]  # each speed-up that cannot apply says why
     # A model TRL did not patch is left alone.
     assert fast_paths.completion_logprob_head(tiny_model(tokenizer), temperature=1.0) is False
 
 
-def test_trl_internals_are_those_the_fast_paths_were_written_for():
-    """Fails when a TRL upgrade changes what the fast paths stand in for: re-check them, then update
-    TESTED_TRL and TRL_INTERFACE (with `grpo.fast_paths: auto` they switch themselves off meanwhile)."""
+def test_the_pinned_trl_is_the_one_the_fast_paths_were_written_for():
+    """Fails on a TRL upgrade: re-check what the fast paths stand in for, then update TESTED_TRL (with
+    `grpo.fast_paths: auto` they switch themselves off meanwhile)."""
     import trl
 
     assert trl.__version__ in fast_paths.TESTED_TRL
-    assert fast_paths.trl_interface() == fast_paths.TRL_INTERFACE
 
 
-def test_the_switch_and_the_version_guard(tokenizer, tmp_path, monkeypatch, caplog):
+def test_the_switch_and_the_version_guard(tokenizer, tmp_path, monkeypatch):
     import trl
 
     trainer = grpo_trainer(tokenizer, tmp_path)
     assert fast_paths.apply(trainer, False) == "off (grpo.fast_paths=false)"
     assert not getattr(trainer.model.generate, "_cached_casts", False)  # nothing installed
     monkeypatch.setattr(trl, "__version__", "99.0.0")
-    assert fast_paths.apply(trainer, "auto") == (
-        "off: written for TRL 1.16.0, TRL 99.0.0 is installed (grpo.fast_paths=true installs them anyway)"
-    )
+    assert fast_paths.apply(trainer, "auto") == "off: written for TRL 1.16.0, TRL 99.0.0 is installed"
     assert not getattr(trainer.model.generate, "_cached_casts", False)
-    monkeypatch.setitem(fast_paths.TRL_INTERFACE, "trl.trainer.utils.add_fused_lm_head", "model")
-    monkeypatch.setattr(trl, "__version__", "1.16.0")
-    assert "TRL's trl.trainer.utils.add_fused_lm_head changed" in fast_paths.apply(trainer, "auto")
-    assert (
-        fast_paths.apply(trainer, True)
-        == "generation under one autocast context, completion-only log-prob head"
-    )
-    assert "installing them although TRL's trl.trainer.utils.add_fused_lm_head changed" in caplog.text
+    with pytest.raises(ConfigError, match="grpo.fast_paths=true: written for TRL 1.16.0, TRL 99.0.0 is"):
+        fast_paths.apply(trainer, True)  # true refuses what auto falls back from
+    assert not getattr(trainer.model.generate, "_cached_casts", False)

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from grpo_common.formats import FORMATS, format_ok
+from grpo_common.formats import FORMATS
 from grpo_recipes.train.data import to_row
 from rewards import REWARDS, RewardContext, build_rewards
 from tasks import TaskSet
@@ -143,7 +143,7 @@ def test_extract_answer_never_raises(text):
 def test_format_ok_never_raises(text):
     for fmt in FORMATS:
         for strict in (True, False):
-            assert isinstance(format_ok(text, fmt, strict), bool)
+            assert isinstance(FORMATS[fmt].is_formatted(text, strict), bool)
 
 
 @SETTINGS
@@ -198,7 +198,7 @@ def test_adversarial_texts_stay_fast(text):
     FORMATS["plain"].extract(text)
     for fmt in FORMATS:
         for strict in (True, False):
-            format_ok(text, fmt, strict)
+            FORMATS[fmt].is_formatted(text, strict)
     assert time.perf_counter() - start < 2.0
 
 

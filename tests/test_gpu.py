@@ -61,7 +61,7 @@ def weights_moved(final: Path, base: Path) -> float:
 
 
 def embedded_dir() -> Path:
-    from grpo_recipes.models.embedded import ensure_embedded
+    from grpo_recipes.models.loading import ensure_embedded
 
     return ensure_embedded("smollm2-135m-instruct")
 

@@ -64,7 +64,8 @@ def test_config_dir_adds_a_users_dataset_and_experiment(tmp_path):
     assert cfg["dataset"]["tasks"]["basic_arithmetic"]["config"]["max_digits"] == 1
     assert cfg["dataset"]["rewards"]  # inherited from the package's dataset/base.yaml
     assert run_dir == Path("outputs/mine")
-    assert check(argv, CONFIG) == argv  # the whole pre-flight check passes
+    # the whole pre-flight check passes; Hydra gets the flags first
+    assert check(argv, CONFIG) == [argv[0], f"--config-dir={configs}", "experiment=mine", "model=tiny_random"]
 
 
 @pytest.mark.slow

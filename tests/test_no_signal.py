@@ -2,6 +2,7 @@
 cause."""
 
 import logging
+from types import SimpleNamespace
 
 from transformers import TrainerControl, TrainerState
 
@@ -16,17 +17,17 @@ def test_likely_cause_reads_the_steps_metrics():
 
 
 def test_warns_once_after_n_steps_in_a_row(caplog):
-    callback = NoSignalWarning(after_steps=3, max_completion_length=32)
+    callback, args = NoSignalWarning(), SimpleNamespace(no_signal_warning=3, max_completion_length=32)
     state = TrainerState()
     caplog.set_level(logging.WARNING, logger="grpo_recipes.train.no_signal")
     for step, zero_std in enumerate([1.0, 1.0, 0.5, 1.0, 1.0, 1.0, 1.0], start=1):
         state.global_step = step
         callback.on_log(
-            None, state, TrainerControl(), logs={"frac_reward_zero_std": zero_std, "accuracy/t": 0.0}
+            args, state, TrainerControl(), logs={"frac_reward_zero_std": zero_std, "accuracy/t": 0.0}
         )
     warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == 1 and "No learning signal for 3 steps in a row (step 6)" in warnings[0]
     assert "too hard" in warnings[0]
-    quiet = NoSignalWarning(after_steps=0, max_completion_length=32)
-    quiet.on_log(None, state, TrainerControl(), logs={"frac_reward_zero_std": 1.0})
+    quiet, off = NoSignalWarning(), SimpleNamespace(no_signal_warning=0, max_completion_length=32)
+    quiet.on_log(off, state, TrainerControl(), logs={"frac_reward_zero_std": 1.0})
     assert not quiet.warned

@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grpo_common.errors import ConfigError
-from grpo_common.formats import format_ok
+from grpo_common.formats import FORMATS
 from rewards import RewardContext, build_rewards
 from tasks import TaskSet
 
@@ -39,14 +39,14 @@ def test_accuracy_modes():
 
 
 def test_format_strict_and_soft():
-    assert format_ok("7 + 5 = 12\n[ANSWER] 12", "answer_tag", strict=True)
-    assert not format_ok("[ANSWER] 12 and then more text\nmore", "answer_tag", strict=True)
-    assert format_ok("[ANSWER] 12 and then more text\nmore", "answer_tag", strict=False)
-    assert not format_ok("[ANSWER] 1\n[ANSWER] 2", "answer_tag", strict=True)
-    assert format_ok("<think>a</think>\n<answer>4</answer>", "think", strict=True)
-    assert not format_ok("hi <think>a</think><answer>4</answer> bye", "think", strict=True)
-    assert format_ok("hi <think>a</think><answer>4</answer> bye", "think", strict=False)
-    assert format_ok("The answer is 4", "plain") and not format_ok("4", "plain")
+    assert FORMATS["answer_tag"].is_formatted("7 + 5 = 12\n[ANSWER] 12", strict=True)
+    assert not FORMATS["answer_tag"].is_formatted("[ANSWER] 12 and then more text\nmore", strict=True)
+    assert FORMATS["answer_tag"].is_formatted("[ANSWER] 12 and then more text\nmore", strict=False)
+    assert not FORMATS["answer_tag"].is_formatted("[ANSWER] 1\n[ANSWER] 2", strict=True)
+    assert FORMATS["think"].is_formatted("<think>a</think>\n<answer>4</answer>", strict=True)
+    assert not FORMATS["think"].is_formatted("hi <think>a</think><answer>4</answer> bye", strict=True)
+    assert FORMATS["think"].is_formatted("hi <think>a</think><answer>4</answer> bye", strict=False)
+    assert FORMATS["plain"].is_formatted("The answer is 4") and not FORMATS["plain"].is_formatted("4")
 
 
 def test_correct_and_format_is_the_gsm8k_combination():

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_common.formats import format_ok
+from grpo_common.formats import get_format
 from grpo_recipes.train.data import system_prompt, to_row
 from tasks.registry import TaskSet, available_tasks, is_code_task
 from tests.conftest import declared
@@ -136,7 +136,9 @@ def test_reference_answer_scores_through_our_path(name, prompt_format, qa_path):
         assert row["task"] == name
 
         text = written(row["answer"], prompt_format, code=is_code_task(name))
-        assert format_ok(text, prompt_format, strict=True), f"{name}: strict {prompt_format} rejects {text!r}"
+        assert get_format(prompt_format).is_formatted(text), (
+            f"{name}: strict {prompt_format} rejects {text!r}"
+        )
         extracted = taskset.extract(text, name)
         scored = {"question": row["question"], "answer": row["answer"], "metadata": row["metadata"]}
         score = taskset.score(extracted.answer, scored)

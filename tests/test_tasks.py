@@ -90,7 +90,7 @@ def test_sampling_is_deterministic_per_seed():
     assert ts.sample(20, seed=5) != ts.sample(20, seed=6)
 
 
-def test_sample_excludes_given_questions():
+def test_sample_excludes_given_keys():
     ts = TaskSet({"basic_arithmetic": {"config": {"min_digits": 1, "max_digits": 1, "max_terms": 2}}})
-    held = {e["question"] for e in ts.sample(30, seed=9)}
-    assert not held & {e["question"] for e in ts.sample(500, seed=1, exclude_questions=held)}
+    held = {ts.key(e) for e in ts.sample(30, seed=9)}
+    assert not held & {ts.key(e) for e in ts.sample(500, seed=1, exclude_keys=held)}

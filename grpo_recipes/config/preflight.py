@@ -10,11 +10,9 @@ process, which the job then reuses."""
 from __future__ import annotations
 
 import difflib
-import itertools
 import math
 import os
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,53 +20,32 @@ from grpo_common.errors import ConfigError, first_line
 from grpo_recipes.config import resume
 from grpo_recipes.config.checks import check_config, check_values, unknown_key_message
 
-# Hydra's own informational flags: they run no job, so nothing is checked.
-INFO_FLAGS = ("--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc")
-INFO_FLAGS += ("--version", "--resolve", "--package", "-p", "--experimental-rerun")
-MAX_JOBS_PLANNED = 512  # a bigger sweep is checked one swept value at a time
+MAX_JOBS_PLANNED = 512  # a bigger sweep is checked one swept value at a time, each value once
 
 
-@dataclass
-class CommandLine:
-    flags: list[str] = field(default_factory=list)  # kept as given (-m, --config-dir X, ...)
-    overrides: list[str] = field(default_factory=list)
-    config_name: str = "train"
-    search_dirs: list[str] = field(default_factory=list)
-    config_path: str | None = None  # --config-path: the primary config directory instead of config/
-    multirun: bool = False
+def parse(argv: list[str]):
+    """Hydra's own reading of the command line (the namespace hydra.main gets); None when it runs no job
+    (--cfg, --help, --info, ...)."""
+    from hydra._internal.utils import get_args_parser  # the parser hydra.main reads argv with
+
+    args = get_args_parser().parse_intermixed_args(argv[1:])  # flags anywhere, as before
+    informational = ("help", "hydra_help", "cfg", "info", "shell_completion", "experimental_rerun")
+    return None if any(getattr(args, name) for name in informational) else args
 
 
-def parse(argv: list[str]) -> CommandLine | None:
-    """None when the command runs no job (--cfg, --help, ...) or uses flags left to Hydra."""
-    line, args = CommandLine(), iter(argv[1:])
-    for arg in args:
-        name, eq, inline = arg.partition("=")
-        if name in INFO_FLAGS:
-            return None
-        if arg in ("-m", "--multirun"):
-            line.multirun = True
-            line.flags.append(arg)
-        elif name in ("--config-dir", "-cd", "--config-name", "-cn", "--config-path", "-cp"):
-            value = inline if eq else next(args, "")
-            line.flags += [name, value]
-            if name in ("--config-dir", "-cd"):
-                line.search_dirs.append(str(Path(value).expanduser().resolve()))
-            elif name in ("--config-path", "-cp"):
-                line.config_path = value
-            else:
-                line.config_name = value
-        elif arg.startswith("-"):
-            return None
-        else:
-            line.overrides.append(arg)
-    return line
+def config_flags(line) -> list[str]:
+    """The command's config flags, as Hydra reads them again (a resume keeps them)."""
+    names = {"config_path": "--config-path", "config_name": "--config-name", "config_dir": "--config-dir"}
+    given = [f"{flag}={getattr(line, key)}" for key, flag in names.items() if getattr(line, key) is not None]
+    return ["-m"] * line.multirun + given
 
 
-def expand(line: CommandLine) -> tuple[list[list[str]], bool]:
-    """The jobs of the command in Hydra's order (a sweep: the product of the swept values, as the basic
-    sweeper numbers them), and whether their directories can be planned here. A sweep that is too big,
-    or ranges a search samples from (interval(...)), are checked one value at a time; the values a
-    search picks are checked inside each job."""
+def expand(line) -> tuple[list[list[str]], bool]:
+    """The jobs of the command in Hydra's order (a sweep: as the basic sweeper splits it), and whether their
+    directories can be planned here. A sweep that is too big, or ranges a search samples from
+    (interval(...)), are checked one value at a time; the values a search picks are checked inside each
+    job."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import OverrideParseException
 
@@ -76,25 +53,27 @@ def expand(line: CommandLine) -> tuple[list[list[str]], bool]:
         parsed = OverridesParser.create().parse_overrides(line.overrides)
     except OverrideParseException as err:
         raise ConfigError(f"{first_line(err)} (overrides are key=value; quote values with spaces)") from None
-    lists, plannable = [], True
-    for o in parsed:
-        if not o.is_sweep_override():
-            lists.append([o.input_line])
-        elif not line.multirun:
-            raise ConfigError(f"{o.input_line}: several values are a sweep; add -m to run one job per value")
-        elif o.is_discrete_sweep():
-            lists.append([f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()])
-        else:
-            plannable = False
-    if math.prod(len(values) for values in lists) <= MAX_JOBS_PLANNED:
-        return [list(job) for job in itertools.product(*lists)], plannable
-    first = [values[0] for values in lists]
-    return [first[:i] + [v] + first[i + 1 :] for i, values in enumerate(lists) for v in values], False
+    swept = [o for o in parsed if o.is_sweep_override()]
+    if swept and not line.multirun:
+        raise ConfigError(
+            f"{swept[0].input_line}: several values are a sweep; add -m to run one job per value"
+        )
+    discrete = [o for o in parsed if not o.is_sweep_override() or o.is_discrete_sweep()]
+    plannable = len(discrete) == len(parsed)
+    choices = [
+        [f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()]
+        if o.is_sweep_override()
+        else [o.input_line]
+        for o in discrete
+    ]
+    if math.prod(len(c) for c in choices) <= MAX_JOBS_PLANNED:
+        return BasicSweeper.split_arguments(discrete, max_batch_size=None)[0], plannable
+    return [[c[i % len(c)] for c in choices] for i in range(max(len(c) for c in choices))], False
 
 
 def compose(
     config_dir: Path,
-    line: CommandLine,
+    line,
     overrides: list[str],
     job_num: int | None = None,
     hydra_cfg: dict | None = None,
@@ -111,8 +90,8 @@ def compose(
 
     register()  # the declared defaults (train_grpo.py registers them too; tests call this directly)
     search = [f"hydra.job.num={job_num}"] if job_num is not None else []
-    if line.search_dirs:
-        search.append(f"hydra.searchpath=[{','.join('file://' + d for d in line.search_dirs)}]")
+    if line.config_dir is not None:
+        search.append(f"hydra.searchpath=[file://{Path(line.config_dir).expanduser().resolve()}]")
     if line.config_path is not None:
         config_dir = config_dir.parent / line.config_path  # relative to train_grpo.py, as Hydra reads it
     error = None
@@ -120,7 +99,9 @@ def compose(
         version_base="1.3", config_dir=str(config_dir.resolve()), job_name="train_grpo"
     ):
         try:
-            cfg = hydra_compose(line.config_name, overrides=overrides + search, return_hydra_config=True)
+            cfg = hydra_compose(
+                line.config_name or "train", overrides=overrides + search, return_hydra_config=True
+            )
         except MissingConfigException as err:
             raise ConfigError(_missing_option(err)) from None
         except ConfigCompositionException as err:
@@ -152,7 +133,7 @@ def _missing_option(err) -> str:
     return f"{group}={value}: no such option.{hint} Options: {', '.join(sorted(err.options))}{extra}"
 
 
-def _composition_error(err, config_dir: Path, line: CommandLine, overrides: list[str]) -> str:
+def _composition_error(err, config_dir: Path, line, overrides: list[str]) -> str:
     """An unknown key (`max_step=100`, `eval.sizes=3`): name it with the close matches at its level."""
     import re
 
@@ -180,6 +161,7 @@ def check(argv: list[str], config_dir: Path) -> list[str]:
     line = parse(argv)
     if line is None:
         return argv
+    argv = argv[:1] + config_flags(line) + line.overrides  # flags first: Hydra's parser wants them there
     if any(o.split("=", 1)[0].lstrip("+") == "output_dir" for o in line.overrides):
         raise ConfigError(
             "output_dir is the run directory Hydra makes: set output_root=... and run_name=... "
@@ -223,7 +205,7 @@ def check(argv: list[str], config_dir: Path) -> list[str]:
     return argv
 
 
-def check_search(line: CommandLine) -> None:
+def check_search(line) -> None:
     """hparams_search= needs the Optuna sweeper plugin, an optional extra."""
     import importlib.util
 
@@ -237,7 +219,7 @@ def check_search(line: CommandLine) -> None:
         )
 
 
-def _resume(argv: list[str], config_dir: Path, line: CommandLine, run_dir: Path, plan) -> tuple[list, list]:
+def _resume(argv: list[str], config_dir: Path, line, run_dir: Path, plan) -> tuple[list, list]:
     """The resumed run's own overrides with this command's on top: refused if they change what it learns."""
     saved = resume.saved_overrides(run_dir)
     overrides = resume.merge_overrides(saved, line.overrides) if saved is not None else line.overrides
@@ -253,7 +235,7 @@ def _resume(argv: list[str], config_dir: Path, line: CommandLine, run_dir: Path,
     )
     resume.check_changes(run_dir, before, now)
     resume.check_resume_point(run_dir, now["max_steps"])
-    return argv[:1] + line.flags + overrides, [(now, run_dir)]
+    return argv[:1] + config_flags(line) + overrides, [(now, run_dir)]
 
 
 def check_command_line(argv: list[str], config_dir: Path) -> list[str]:

@@ -1,21 +1,15 @@
 """When training runs the fixed evaluation (evaluator.py): at step 0, every `eval.every_n_steps` steps and at
 the end, each step once (a resumed run reads its earlier evals back); metrics go out as `eval_<name>`. Each
-eval after the first is checked for reward hacking against the train reward (alarms.py)."""
+eval after the first is checked for reward hacking against the train reward (console.py)."""
 
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
-
-from grpo_recipes.evaluation.alarms import check_hacking, record, train_rewards
-from grpo_recipes.evaluation.evaluator import eval_file
-
-log = logging.getLogger(__name__)
 
 
 class FixedEvalCallback(TrainerCallback):
@@ -70,21 +64,18 @@ class FixedEvalCallback(TrainerCallback):
             )
         model.train(was_training)
         if earlier:  # the rewards logged so far (a resumed run's log history is its checkpoint's)
+            from grpo_recipes.evaluation.console import check_hacking, record_hacking, train_rewards
+            from grpo_recipes.outputs.logs import eval_file
+
             previous = max(earlier)
+            before, now = earlier[previous]["accuracy"], metrics["accuracy"]
+            rewards = train_rewards(state.log_history)
             check = check_hacking(
-                train_rewards(state.log_history),
-                step,
-                previous,
-                earlier[previous]["accuracy"],
-                metrics["accuracy"],
-                self.hacking_window,
-                self.hacking_drop,
+                rewards, step, previous, before, now, self.hacking_window, self.hacking_drop
             )
-            metrics["reward_hacking"] = int(check is not None and check.raised)
+            metrics["reward_hacking"] = int(check is not None and check["raised"])
             if state.is_world_process_zero:
-                record(eval_file(out_dir, step), check)
-                if metrics["reward_hacking"]:
-                    log.warning(check.message())
+                record_hacking(eval_file(out_dir, step), check)
         self.history[step] = metrics
         self.send_logs({f"eval_{k}": v for k, v in metrics.items()}, state)
 

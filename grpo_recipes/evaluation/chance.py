@@ -8,12 +8,9 @@ import json
 from collections import Counter, defaultdict
 from typing import Any
 
-# name -> what it answers; code tasks' constants are programs, run in the sandbox as a model's are
-CONSTANTS = {
-    "majority": "the task's most common reference answer, for every problem",
-    "empty": "the empty answer",
-    "example_output": "a program returning the prompt's example output, whatever the input (code tasks)",
-}
+# the task's most common reference answer for every problem, the empty answer, and (code tasks, run in the
+# sandbox as a model's programs are) a program returning the prompt's example output whatever the input
+CONSTANTS = ("majority", "empty", "example_output")
 
 
 def example_program(row: dict[str, Any]) -> str | None:
@@ -73,13 +70,12 @@ def chance_metrics(table: dict[str, dict[str, float]]) -> dict[str, float]:
 
 def describe(table: dict[str, dict[str, float]], labels: dict[str, str]) -> str:
     """One line: each task's constants and their accuracy ("syllogism: majority 'Yes' 54.2 %, ...")."""
-    parts = []
-    for task, scores in table.items():
-        if task == "all tasks":
-            continue
-        named = [
-            f"{name} {labels[task][:40]!r}" if name == "majority" else name.replace("_", " ")
-            for name in scores
-        ]
-        parts.append(f"{task}: " + ", ".join(f"{n} {v:.1%}" for n, v in zip(named, scores.values())))
-    return "; ".join(parts)
+
+    def named(task: str, name: str) -> str:
+        return f"{name} {labels[task][:40]!r}" if name == "majority" else name.replace("_", " ")
+
+    return "; ".join(
+        f"{task}: " + ", ".join(f"{named(task, n)} {v:.1%}" for n, v in scores.items())
+        for task, scores in table.items()
+        if task != "all tasks"
+    )

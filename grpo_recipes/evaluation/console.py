@@ -1,10 +1,17 @@
-"""What an eval prints: one line of the fixed eval's numbers (greedy accuracy first, the cut-off count beside
-it), then the chance line (first eval), the curriculum's levels, the transfer set, and a few examples."""
+"""What an eval tells the user: one line of the fixed eval's numbers (greedy accuracy first, the cut-off count
+beside it), then the chance line (first eval), the curriculum's levels, the transfer set and a few examples;
+and its alarms: a last accuracy that does not clear the chance line, and reward hacking (the train reward
+rising while the fixed-eval accuracy falls: the policy found a way to be paid that is not the task, README
+"What the model wrote"), checked at each eval after the first and recorded in its JSON for report.md."""
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 from collections import defaultdict
+from pathlib import Path
+from statistics import fmean
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -15,21 +22,13 @@ def cut_off(rows: list[dict[str, Any]]) -> str:
     return f"{sum(r['truncated'] for r in rows)}/{len(rows)} cut off"
 
 
-def log_eval(
-    step: int,
-    m: dict[str, float],
-    examples: list[dict],
-    fixed: list[dict],
-    decoding: str,
-    ks: list[int],
-    print_examples: int,
-    chance_line: str | None = None,
-) -> None:
-    """`examples`: every row scored, `fixed`: the fixed eval's among them; `chance_line`: chance.describe."""
-    extra = "".join(f"  pass@{k} {m[f'pass@{k}']:.3f}" for k in ks)
+def log_eval(ev, step: int, m: dict[str, float], examples: list[dict], fixed: list[dict], chance_line=None):
+    """`ev`: the FixedEvaluator; `examples`: every row scored, `fixed`: the fixed eval's among them;
+    `chance_line`: chance.describe, at the first eval."""
+    extra = "".join(f"  pass@{k} {m[f'pass@{k}']:.3f}" for k in ev.ks)
     extra += f"  reward {m['reward']:.3f}" if "reward" in m else ""
     log.info(
-        f"[eval step {step}] accuracy {m['accuracy']:.3f} ({decoding}){extra}  format {m['format']:.3f}  "
+        f"[eval step {step}] accuracy {m['accuracy']:.3f} ({ev.decoding}){extra}  format {m['format']:.3f}  "
         f"mean length {m['mean_length']:.1f}  {cut_off(fixed)}  ({m['num_examples']} problems, "
         f"{m['seconds']:.1f} s)"
     )
@@ -50,10 +49,68 @@ def log_eval(
             f"  {name} set: accuracy {m[f'{name}/accuracy']:.3f}{f' ({per_task})' if per_task else ''}  "
             f"{cut_off(rows)}  ({len(rows)} problems, not in the headline)"
         )
-    for e in fixed[:print_examples]:
+    for e in fixed[: ev.settings["print_examples"]]:
         completion = e["completion"][:300].replace("\n", "\\n")
         mark = "correct" if e["correct"] else "wrong"
         log.info(
             f"  Q: {e['question'][:200]}\n    completion: {completion}\n    extracted {e['extracted']!r} "
             f"by {e['rule']}; answer {e['answer']!r}: {mark} (score {e['score']:.2f})"
         )
+
+
+def warn_below_chance(step: int, accuracy: float, chance: float) -> None:
+    if accuracy <= chance:
+        log.warning(
+            f"final fixed-eval accuracy {accuracy:.3f} (step {step}) does not clear the "
+            f"chance line {chance:.3f} (each task's best constant answer, scored at the first eval)"
+        )
+
+
+def train_rewards(log_history: list[dict[str, Any]]) -> list[tuple[int, float]]:
+    """(step, mean train reward) of every logged train step (TRL logs it as `reward`)."""
+    return [
+        (int(h["step"]), float(h["reward"]))
+        for h in log_history
+        if isinstance(h.get("reward"), (int, float)) and math.isfinite(h["reward"]) and "step" in h
+    ]
+
+
+def check_hacking(rewards, step, previous_step, accuracy_before, accuracy_now, window, drop) -> dict | None:
+    """The last `window` logged rewards up to `step` against the `window` logged before `previous_step` (none
+    before it, at step 0: the first `window`, and `first_window`); None when nothing is logged."""
+    logged = sorted(rewards)
+    now = [r for s, r in logged if s <= step]
+    if not now:
+        return None
+    before = [r for s, r in logged if s < previous_step][-window:]
+    check = {"step": step, "previous_step": previous_step, "reward_before": fmean(before or now[:window])}
+    check |= {"reward_now": fmean(now[-window:]), "accuracy_before": accuracy_before}
+    check |= {"accuracy_now": accuracy_now, "window": window, "drop": drop, "first_window": not before}
+    check["raised"] = check["reward_now"] > check["reward_before"] and accuracy_before - accuracy_now > drop
+    return check
+
+
+def alarm_message(c: dict[str, Any]) -> str:
+    before = "the first steps" if c["first_window"] else f"before step {c['previous_step']}'s eval"
+    return (
+        f"reward hacking? the mean train reward over eval.hacking_window={c['window']} logged steps rose "
+        f"{c['reward_before']:.3f} ({before}) -> {c['reward_now']:.3f} (before step {c['step']}'s eval) "
+        f"while fixed-eval accuracy fell {c['accuracy_before']:.3f} (step {c['previous_step']}) -> "
+        f"{c['accuracy_now']:.3f} (step {c['step']}), by more than eval.hacking_drop={c['drop']:g}"
+    )
+
+
+def record_hacking(path: Path, check: dict | None) -> None:
+    """The check into its eval's JSON (`reward_hacking`: the numbers and `raised`; the metric too), and the
+    warning when it is raised."""
+    from grpo_recipes.outputs.logs import write_atomic
+
+    raised = int(check is not None and check["raised"])
+    if path.is_file():
+        result = json.loads(path.read_text())
+        result["metrics"]["reward_hacking"] = raised
+        if check is not None:
+            result["reward_hacking"] = check
+        write_atomic(path, json.dumps(result, indent=1))
+    if raised:
+        log.warning(alarm_message(check))

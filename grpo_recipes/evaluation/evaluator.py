@@ -7,7 +7,6 @@ problems) count only in `level/<task>/<level>/accuracy`; rows marked `eval_set` 
 from __future__ import annotations
 
 import json
-import logging
 import math
 import time
 from collections import Counter, defaultdict
@@ -16,12 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from grpo_common.formats import get_format, reader
-from grpo_recipes.evaluation.chance import chance_metrics, chance_table
-from grpo_recipes.evaluation.chance import describe as describe_chance
-from grpo_recipes.evaluation.console import log_eval
-
-log = logging.getLogger(__name__)
-
 
 # the eval's own marks on a row (`transfer`: which transfer set), not columns a reward is given
 EVAL_MARKS = ("eval_level", "eval_set", "transfer")
@@ -35,10 +28,6 @@ def fixed_examples(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in rows if is_fixed(r)]
 
 
-def eval_file(out_dir: Path, step: int) -> Path:
-    return out_dir / f"eval_step_{step}.json"
-
-
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k from n samples of which c are correct (Chen et al. 2021): 1 - C(n-c, k) / C(n, k)."""
     if k > n:
@@ -48,23 +37,22 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
+def _mean(rows: list[dict[str, Any]], key: str) -> float:
+    return sum(r[key] for r in rows) / max(len(rows), 1)
+
+
 def summarize(examples: list[dict[str, Any]], prompt_format: str, ks: list[int] = ()) -> dict[str, float]:
     """Overall and per-task accuracy (score >= 1), mean score, format, length, the share of each extraction
-    rule, and pass@k from sampled counts."""
+    rule, and pass@k from sampled counts; the curriculum's levels and the transfer sets apart."""
     answers, programs = reader(prompt_format, code_task=False), reader(prompt_format, code_task=True)
+    named = {"accuracy": "correct", "mean_score": "score", "format": "format_ok", "mean_length": "length"}
+    named |= {"truncated": "truncated"}
 
     def block(rows: list[dict[str, Any]], prefix: str) -> dict[str, float]:
-        n = max(len(rows), 1)
-        rules = Counter(r["rule"] for r in rows)
-        out = {
-            f"{prefix}accuracy": sum(r["correct"] for r in rows) / n,
-            f"{prefix}mean_score": sum(r["score"] for r in rows) / n,
-            f"{prefix}format": sum(r["format_ok"] for r in rows) / n,
-            f"{prefix}mean_length": sum(r["length"] for r in rows) / n,
-            f"{prefix}truncated": sum(r["truncated"] for r in rows) / n,
-        }
+        n, rules = max(len(rows), 1), Counter(r["rule"] for r in rows)
+        out = {f"{prefix}{name}": _mean(rows, key) for name, key in named.items()}
         if rows and all("reward" in r for r in rows):
-            out[f"{prefix}reward"] = sum(r["reward"] for r in rows) / n
+            out[f"{prefix}reward"] = _mean(rows, "reward")
         code = [rule for rule in programs.rules if rule in rules and rule not in answers.rules]
         out.update({f"{prefix}rule/{rule}": rules[rule] / n for rule in [*answers.rules, *code]})
         for k in ks:
@@ -77,22 +65,19 @@ def summarize(examples: list[dict[str, Any]], prompt_format: str, ks: list[int] 
     metrics = {"num_examples": len(fixed), **block(fixed, "")}
     for task in sorted({r["task"] for r in fixed}):
         metrics.update(block([r for r in fixed if r["task"] == task], f"{task}/"))
-    by_level = defaultdict(list)
+    levels, sets = defaultdict(list), defaultdict(list)
     for r in examples:
         if r.get("eval_level") is not None:
-            by_level[r["task"], r["eval_level"]].append(r)
-    for (task, level), rows in sorted(by_level.items()):
-        metrics[f"level/{task}/{level}/accuracy"] = sum(r["correct"] for r in rows) / len(rows)
-    by_set = defaultdict(list)
-    for r in examples:
+            levels[r["task"], r["eval_level"]].append(r)
         if r.get("eval_set") is not None:
-            by_set[r["eval_set"]].append(r)
-    for name, rows in sorted(by_set.items()):
-        metrics[f"{name}/accuracy"] = sum(r["correct"] for r in rows) / len(rows)
-        metrics[f"{name}/truncated"] = sum(r["truncated"] for r in rows) / len(rows)
+            sets[r["eval_set"]].append(r)
+    for (task, level), rows in sorted(levels.items()):
+        metrics[f"level/{task}/{level}/accuracy"] = _mean(rows, "correct")
+    for name, rows in sorted(sets.items()):
+        metrics[f"{name}/accuracy"] = _mean(rows, "correct")
+        metrics[f"{name}/truncated"] = _mean(rows, "truncated")
         for task in sorted({r["task"] for r in rows}):
-            mine = [r for r in rows if r["task"] == task]
-            metrics[f"{name}/{task}/accuracy"] = sum(r["correct"] for r in mine) / len(mine)
+            metrics[f"{name}/{task}/accuracy"] = _mean([r for r in rows if r["task"] == task], "correct")
     return metrics
 
 
@@ -112,26 +97,28 @@ class FixedEvaluator:
         taskset,
         tokenizer,
         prompt_format: str,
+        settings: dict[str, Any],
         *,
         max_new_tokens: int,
-        batch_size: int,
-        do_sample: bool,
-        temperature: float,
-        pass_k: dict[str, Any],
-        print_examples: int,
         response_prefix: str = "",
         rewards: Sequence[tuple[Callable, float]] = (),
         holdout: dict[str, str] | None = None,
     ):
         self.rows, self.taskset, self.tokenizer = rows, taskset, tokenizer
-        self.prompt_format, self.max_new_tokens, self.batch_size = prompt_format, max_new_tokens, batch_size
+        self.settings = settings  # the eval group (config/knobs.py Eval)
+        self.prompt_format, self.max_new_tokens, self.batch_size = (
+            prompt_format,
+            max_new_tokens,
+            settings["batch_size"],
+        )
         self.format = get_format(prompt_format)
-        self.greedy_temperature = temperature if do_sample else None  # None: greedy
-        self.decoding = f"sampled at temperature {temperature:g}" if do_sample else "greedy"
+        temperature = settings["temperature"]
+        self.greedy_temperature = temperature if settings["do_sample"] else None  # None: greedy
+        self.decoding = f"sampled at temperature {temperature:g}" if settings["do_sample"] else "greedy"
         # eval.pass_k: `samples` sampled completions per problem (0: none), pass@k for each k <= samples
+        pass_k = settings["pass_k"]
         self.num_samples, self.sample_temperature = int(pass_k["samples"]), float(pass_k["temperature"])
         self.ks = [k for k in pass_k["k"] if k <= self.num_samples]
-        self.print_examples = print_examples
         self.response_prefix = response_prefix  # pre-filled by the chat template: part of the reply
         self.rewards = list(rewards)  # the run's, weighted: `reward` is what training pays the greedy reply
         self.holdout = holdout  # {task: what its eval problems keep out of training}, for the eval JSON
@@ -170,12 +157,11 @@ class FixedEvaluator:
         judged = self.taskset.judge([g[0] for g in greedy], rows)
         samples = samples or [None] * len(indices)
         flat = [(k, s[0]) for k, group in enumerate(samples) if group for s in group]
-        sample_scores = (
-            self.taskset.judge([text for _, text in flat], [rows[k] for k, _ in flat]) if flat else []
-        )
+        sample_scores = self.taskset.judge([t for _, t in flat], [rows[k] for k, _ in flat]) if flat else []
         correct_counts = [0] * len(indices)
         for (k, _), (_, score) in zip(flat, sample_scores):
             correct_counts[k] += score >= 1.0
+        rewards = self.reward_of(rows, greedy) if self.rewards else [None] * len(rows)
         out, is_formatted = [], self.format.is_formatted
         for k, (index, row, (completion, length, truncated, _), (extraction, score)) in enumerate(
             zip(indices, rows, greedy, judged)
@@ -186,22 +172,16 @@ class FixedEvaluator:
             record |= {"length": length, "truncated": truncated}
             record |= {mark: row[mark] for mark in EVAL_MARKS if row.get(mark) is not None}
             if samples[k] is not None:
-                record["num_samples"] = len(samples[k])
-                record["samples_correct"] = correct_counts[k]
+                record |= {"num_samples": len(samples[k]), "samples_correct": correct_counts[k]}
+            if rewards[k] is not None:
+                record["reward"] = rewards[k]
             out.append(record)
-        if self.rewards:
-            for record, total in zip(
-                out, self.reward_of(rows, [g[0] for g in greedy], [g[3] for g in greedy])
-            ):
-                record["reward"] = total
         return out
 
-    def reward_of(
-        self, rows: list[dict], completions: list[str], completion_ids: list[list[int]]
-    ) -> list[float]:
-        """The weighted sum of the training rewards, called as TRL calls them (without `log_metric`, so
-        nothing is logged as training statistics)."""
-        raw = [c[len(self.response_prefix) :] for c in completions]  # the rewards add the prefix themselves
+    def reward_of(self, rows: list[dict], greedy: list[tuple]) -> list[float]:
+        """The weighted sum of the training rewards for the greedy replies, called as TRL calls them (without
+        `log_metric`, so nothing is logged as training statistics)."""
+        raw = [g[0][len(self.response_prefix) :] for g in greedy]  # the rewards add the prefix themselves
         # the columns TRL would pass (not the eval's own marks: a curriculum level, a transfer set)
         keys = [key for key in rows[0] if key != "prompt" and key not in EVAL_MARKS] if rows else []
         columns = {key: [r.get(key) for r in rows] for key in keys}
@@ -210,7 +190,7 @@ class FixedEvaluator:
             values = fn(
                 prompts=[r["prompt"] for r in rows],
                 completions=[[{"role": "assistant", "content": c}] for c in raw],
-                completion_ids=completion_ids,
+                completion_ids=[g[3] for g in greedy],
                 **columns,
             )
             totals = [t + weight * (0.0 if v is None else float(v)) for t, v in zip(totals, values)]
@@ -226,46 +206,45 @@ class FixedEvaluator:
         from accelerate.utils import gather_object
 
         start = time.time()
-        rank, world = accelerator.process_index, accelerator.num_processes
+        rank, world, main = accelerator.process_index, accelerator.num_processes, accelerator.is_main_process
         fixed = [i for i, r in enumerate(self.rows) if is_fixed(r)]
         others = [  # per-level rows at every eval; a named set's at the first and the last
             i
             for i, r in enumerate(self.rows)
             if r.get("eval_level") is not None or ((first or last) and r.get("eval_set") is not None)
         ]
-        fixed_shard, other_shard = rank_shard(fixed, rank, world), rank_shard(others, rank, world)
-        main = accelerator.is_main_process
-        greedy = self.generate(model, fixed_shard + other_shard, progress=main)
-        sampled = [None] * len(fixed_shard + other_shard)
+        fixed_shard = rank_shard(fixed, rank, world)
+        shard = fixed_shard + rank_shard(others, rank, world)
+        greedy = self.generate(model, shard, progress=main)
+        sampled = [None] * len(shard)
         if self.num_samples:
             sampled[: len(fixed_shard)] = self.generate(model, fixed_shard, sampled=True, progress=main)
-        local = self.score_batch(fixed_shard + other_shard, greedy, sampled)
+        local = self.score_batch(shard, greedy, sampled)
         examples = gather_object(local) if world > 1 else local
         examples = sorted({e["index"]: e for e in examples}.values(), key=lambda e: e["index"])
         metrics = summarize(examples, self.prompt_format, self.ks)
         result = {"step": step, "decoding": self.decoding, "max_new_tokens": self.max_new_tokens}
         result["metrics"] = metrics
-        table = labels = None
+        chance_line = None
         if main and first:  # rank 0 alone: code tasks' constants run in the sandbox
+            from grpo_recipes.evaluation.chance import chance_metrics, chance_table, describe
+
             table, labels = chance_table([self.rows[i] for i in fixed], self.taskset)
             metrics.update(chance_metrics(table))
             result |= {"chance": table, "majority_labels": labels}
-            chance = metrics["chance/accuracy"]
+            chance, chance_line = metrics["chance/accuracy"], describe(table, labels)
         if self.holdout is not None:
             result["holdout"] = self.holdout
         metrics["seconds"] = round(time.time() - start, 2)
         if main and out_dir is not None:
-            from grpo_recipes.outputs.logs import write_atomic
+            from grpo_recipes.outputs.logs import eval_file, write_atomic
 
             result |= {"verifiers": self.taskset.verifiers(), "examples": examples}
             write_atomic(eval_file(out_dir, step), json.dumps(result, indent=1))
         if main:
-            chance_line = describe_chance(table, labels) if table is not None else None
-            shown = (self.decoding, self.ks, self.print_examples, chance_line)
-            log_eval(step, metrics, examples, fixed_examples(examples), *shown)
-            if last and chance is not None and metrics["accuracy"] <= chance:
-                log.warning(
-                    f"final fixed-eval accuracy {metrics['accuracy']:.3f} (step {step}) does not clear the "
-                    f"chance line {chance:.3f} (each task's best constant answer, scored at the first eval)"
-                )
+            from grpo_recipes.evaluation import console
+
+            console.log_eval(self, step, metrics, examples, fixed_examples(examples), chance_line)
+            if last and chance is not None:
+                console.warn_below_chance(step, metrics["accuracy"], chance)
         return metrics, examples

@@ -4,21 +4,16 @@ asks for as many prompts as the others: ZeRO-3 gathers and vLLM's server mode ar
 from __future__ import annotations
 
 
-def eos_of(model, tokenizer) -> int | list[int]:
-    """The id(s) generation stops at: the model's generation config's, else the tokenizer's."""
-    config = model.generation_config
-    return (config.eos_token_id if config is not None else None) or tokenizer.eos_token_id
-
-
 def end_ids(model, tokenizer) -> set[int]:
-    eos = eos_of(model, tokenizer)
+    """The ids generation stops at: the model's generation config's, else the tokenizer's."""
+    config = model.generation_config
+    eos = (config.eos_token_id if config is not None else None) or tokenizer.eos_token_id
     return {i for i in (eos if isinstance(eos, list) else [eos]) if i is not None}
 
 
 class HFGenerator:
     def __init__(self, model, tokenizer, batch_size: int, progress: bool = False):
         self.model, self.tokenizer, self.batch_size, self.progress = model, tokenizer, batch_size, progress
-        self.eos = eos_of(model, tokenizer)
         self.eos_token_ids = end_ids(model, tokenizer)
 
     def generate(self, prompts: list[str], n: int, temperature: float | None, max_new_tokens: int):
@@ -33,7 +28,7 @@ class HFGenerator:
             temperature=temperature,
             top_p=None,
             top_k=None,
-            eos_token_id=self.eos,
+            eos_token_id=sorted(self.eos_token_ids) or None,
             pad_token_id=self.tokenizer.pad_token_id,
             use_cache=True,
         )

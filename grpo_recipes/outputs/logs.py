@@ -45,6 +45,10 @@ def write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def eval_file(out_dir: Path, step: int) -> Path:
+    return out_dir / f"eval_step_{step}.json"
+
+
 def load_evals(run_dir: Path) -> dict[int, dict[str, Any]]:
     paths = Path(run_dir, "eval_results").glob("eval_step_*.json")
     return dict(sorted((int(p.stem.rsplit("_", 1)[1]), json.loads(p.read_text())) for p in paths))

@@ -11,9 +11,9 @@ from typing import Any
 from grpo_recipes.evaluation.evaluator import fixed_examples
 from grpo_recipes.outputs.logs import load_evals, read_jsonl, write_atomic
 
-# (metric, label, format)
-EVAL_METRICS = [("accuracy", "accuracy", "{:.1%}"), ("mean_score", "mean score", "{:.3f}")]
-EVAL_METRICS += [("format", "format compliance", "{:.1%}"), ("mean_length", "mean length (tokens)", "{:.1f}")]
+# (metric, label, format) after the accuracy and pass@k
+EVAL_METRICS = [("mean_score", "mean score", "{:.3f}"), ("format", "format compliance", "{:.1%}")]
+EVAL_METRICS += [("mean_length", "mean length (tokens)", "{:.1f}")]
 EVAL_METRICS += [("truncated", "cut off at max length", "{:.1%}")]
 
 
@@ -35,7 +35,7 @@ def _table(first: int, last: int, m0: dict, m1: dict, tasks: list[str], decoding
     """Accuracy (greedy unless eval.do_sample) first, then its change, pass@k beside it, the chance line."""
     ks = sorted({k.split("@")[1] for k in m1 if k.startswith("pass@")}, key=int)
     metrics = [("accuracy", "greedy accuracy" if decoding == "greedy" else "accuracy (sampled)", "{:.1%}")]
-    metrics += [(f"pass@{k}", f"pass@{k}", "{:.1%}") for k in ks] + EVAL_METRICS[1:]
+    metrics += [(f"pass@{k}", f"pass@{k}", "{:.1%}") for k in ks] + EVAL_METRICS
     cols = [label for _, label, _ in metrics]
     out = [f"Step {first} -> step {last}." if first != last else f"Step {last}.", ""]
     header = " | ".join(cols[:1] + ["change", "chance"] + cols[1:])
@@ -94,18 +94,16 @@ def _transfer(evals: dict[int, dict]) -> list[str]:
     """Each named eval set (eval.transfer), scored at the first and the last eval."""
     out = []
     for name in sorted({e["eval_set"] for ev in evals.values() for e in ev["examples"] if e.get("eval_set")}):
-        scored = [
-            (s, ev["metrics"][f"{name}/accuracy"])
-            for s, ev in evals.items()
-            if f"{name}/accuracy" in ev["metrics"]
-        ]
-        moved = " -> ".join(f"{v:.1%} at step {s}" for s, v in scored)
+        key = f"{name}/accuracy"
+        moved = " -> ".join(
+            f"{ev['metrics'][key]:.1%} at step {s}" for s, ev in evals.items() if key in ev["metrics"]
+        )
         out += [f"The {name} set (scored apart, not in the accuracy above): {moved}.", ""]
     return out
 
 
 def _alarms(evals: dict[int, dict]) -> list[str]:
-    """Each reward-hacking alarm (alarms.py) the evals recorded, or the steps checked without one."""
+    """Each reward-hacking alarm (console.py) the evals recorded, or the steps checked without one."""
     checks = {s: ev["reward_hacking"] for s, ev in evals.items() if "reward_hacking" in ev}
     if not checks:
         return []

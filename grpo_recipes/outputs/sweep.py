@@ -11,7 +11,7 @@ from typing import Any
 
 from grpo_recipes.config.resume import first_overrides
 from grpo_recipes.outputs.logs import load_evals
-from grpo_recipes.outputs.plots import finish, pyplot, save_figure
+from grpo_recipes.outputs.plots import figure, finish
 
 log = logging.getLogger("grpo_recipes")
 
@@ -67,8 +67,7 @@ def summarize_sweep(sweep_dir: str | Path) -> Path:
     ]
     for i, r in enumerate(rows, 1):
         change = "" if r["final"] is None else f"{(r['final'] - r['baseline']) * 100:+.1f} pts"
-        status = "running or stopped" if r["step"] is not None else "no eval yet"
-        status = "finished" if r["finished"] else status
+        status = "finished" if r["finished"] else "no eval yet" if r["step"] is None else "running or stopped"
         objective = "" if r["objective"] is None else f"{r['metric']} {r['objective']:.4g}"
         lines.append(
             f"| {i} | {r['job']} | `{r['label']}` | {pct(r['final'])} | "
@@ -97,28 +96,26 @@ def _plot_trials(sweep_dir: Path, rows: list[dict[str, Any]], direction: str, me
     y = [r["objective"] for r in trials]
     pick = max if direction == "maximize" else min
     best = [pick(y[: i + 1]) for i in range(len(y))]
-    fig, ax = pyplot().subplots(figsize=(8, 4))
-    ax.plot(x, y, "o", color="tab:blue", label="trial")
-    ax.step(x, best, where="post", color="black", label=f"best so far ({direction})")
-    finish(ax, xlabel="trial", ylabel=metric, title=f"Search {sweep_dir.name}: {metric} per trial")
-    save_figure(fig, sweep_dir / "objective.png")
+    with figure(sweep_dir / "objective.png", height=4) as (ax,):
+        ax.plot(x, y, "o", color="tab:blue", label="trial")
+        ax.step(x, best, where="post", color="black", label=f"best so far ({direction})")
+        finish(ax, xlabel="trial", ylabel=metric, title=f"Search {sweep_dir.name}: {metric} per trial")
 
 
 def _plot(sweep_dir: Path, rows: list[dict[str, Any]]) -> None:
     shown = [r for r in rows if r["final"] is not None][::-1]  # best at the top
     if not shown:
         return
-    fig, ax = pyplot().subplots(figsize=(8, 0.5 * len(shown) + 1.5))
-    y = range(len(shown))
-    ax.barh(y, [r["final"] for r in shown], color="tab:blue", label="latest fixed eval")
-    baselines = [r["baseline"] for r in shown]
-    ax.scatter(baselines, y, color="black", marker="|", s=300, label="baseline (step 0)", zorder=3)
-    ax.set_yticks(list(y), [f"{r['job']}: {r['label']}"[:60] for r in shown], fontsize=8)
-    title = f"Sweep {sweep_dir.name}: jobs ranked by fixed-eval accuracy"
-    ax.set(xlabel="accuracy", xlim=(0, 1), title=title)
-    ax.grid(axis="x", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
-    save_figure(fig, sweep_dir / "summary.png")
+    with figure(sweep_dir / "summary.png", height=0.5 * len(shown) + 1.5) as (ax,):
+        y = range(len(shown))
+        ax.barh(y, [r["final"] for r in shown], color="tab:blue", label="latest fixed eval")
+        baselines = [r["baseline"] for r in shown]
+        ax.scatter(baselines, y, color="black", marker="|", s=300, label="baseline (step 0)", zorder=3)
+        ax.set_yticks(list(y), [f"{r['job']}: {r['label']}"[:60] for r in shown], fontsize=8)
+        title = f"Sweep {sweep_dir.name}: jobs ranked by fixed-eval accuracy"
+        ax.set(xlabel="accuracy", xlim=(0, 1), title=title)
+        ax.grid(axis="x", alpha=0.3)
+        ax.legend(fontsize=8, loc="lower right")
 
 
 def prepare_study(sweeper: Any) -> None:

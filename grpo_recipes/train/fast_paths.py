@@ -1,6 +1,6 @@
 """Two CPU speed-ups for GRPOTrainer (benchmarks/RESULTS.md, targets 1 and 2): generation under one autocast
 context, and completion log-probs from the model's own logits. Both stand in for TRL internals, so
-`grpo.fast_paths: auto` installs them only on tested TRL versions whose TRL_INTERFACE is unchanged."""
+`grpo.fast_paths: auto` installs them only on the TRL versions they were tested on (TESTED_TRL)."""
 
 from __future__ import annotations
 
@@ -9,50 +9,12 @@ import inspect
 import logging
 import types
 
+from grpo_common.errors import ConfigError
 from grpo_recipes.models.hardware import host_memory_bytes, trim_heap
 
 log = logging.getLogger(__name__)
 
 TESTED_TRL = ("1.16.0",)
-TRL_INTERFACE = {
-    "trl.trainer.utils.add_fused_lm_head": (
-        "model, temperature=1.0, cast_lm_head_to_fp32=False, outputs=('log_probs',)"
-    ),
-    "add_fused_lm_head's patched forward": (
-        "self, *args, fused_lm_head, labels, shift_labels, num_items_in_batch, **kwargs"
-    ),
-    "trl.trainer.utils.FusedCausalLMOutput": (
-        "loss, log_probs, entropy, log_sum_sq_probs, mean_logits, is_top1, label_mask, aux_loss"
-    ),
-    "GRPOTrainer._get_per_token_logps_and_entropies calls": (
-        "model(**model_inputs, labels=labels, fused_lm_head=True)"
-    ),
-}
-
-
-def trl_interface() -> dict[str, str]:
-    import dataclasses
-
-    from trl import GRPOTrainer
-    from trl.trainer.utils import FusedCausalLMOutput, add_fused_lm_head
-
-    signature = inspect.signature(add_fused_lm_head)
-    params = [str(p.replace(annotation=inspect.Parameter.empty)) for p in signature.parameters.values()]
-    kw = [  # the keyword-only parameters of the forward TRL patches in (a closure inside it)
-        c.co_varnames[c.co_argcount : c.co_argcount + c.co_kwonlyargcount]
-        for c in add_fused_lm_head.__code__.co_consts
-        if getattr(c, "co_name", "") == "_fused_forward"
-    ]
-    forward = ", ".join(["self", "*args", *kw[0], "**kwargs"]) if kw else "not found"
-    fields = [f.name for f in dataclasses.fields(FusedCausalLMOutput)]
-    call = "model(**model_inputs, labels=labels, fused_lm_head=True)"
-    source = inspect.getsource(GRPOTrainer._get_per_token_logps_and_entropies)
-    return {
-        "trl.trainer.utils.add_fused_lm_head": ", ".join(params),
-        "add_fused_lm_head's patched forward": forward,
-        "trl.trainer.utils.FusedCausalLMOutput": ", ".join(fields),
-        "GRPOTrainer._get_per_token_logps_and_entropies calls": call if call in source else "another call",
-    }
 
 
 def generate_with_cached_casts(model, accelerator) -> None:
@@ -138,39 +100,44 @@ def _has_trl_head(forward) -> bool:
 
 
 def apply(trainer, mode: bool | str = "auto") -> str:
-    """Install the fast paths per `grpo.fast_paths`; returns what was installed, or why none."""
+    """Install the fast paths per `grpo.fast_paths`; returns what was installed, or why none. `true` refuses
+    what `auto` falls back from (an untested TRL, no fused head to stand in for)."""
     import trl
 
     if mode is False:
         return "off (grpo.fast_paths=false)"
-    why = None
     if trl.__version__ not in TESTED_TRL:
         why = f"written for TRL {', '.join(TESTED_TRL)}, TRL {trl.__version__} is installed"
-    elif changed := [name for name, spelled in trl_interface().items() if TRL_INTERFACE[name] != spelled]:
-        why = f"TRL's {', '.join(changed)} changed"
-    if why:
-        if mode == "auto":
-            return f"off: {why} (grpo.fast_paths=true installs them anyway)"
-        log.warning("grpo.fast_paths=true: installing them although %s", why)
-    return ", ".join(install(trainer)) or "none for this device"
+        if mode is True:
+            raise ConfigError(f"grpo.fast_paths=true: {why}; auto falls back to TRL's own paths")
+        return f"off: {why}"
+    return ", ".join(install(trainer, strict=mode is True))
 
 
-def install(trainer) -> list[str]:
-    installed = []
+def install(trainer, strict: bool = False) -> list[str]:
     generate_with_cached_casts(trainer.model, trainer.accelerator)
-    if trainer.accelerator.mixed_precision != "no":
-        installed.append("generation under one autocast context")
+    fp32 = trainer.accelerator.mixed_precision == "no"
+    installed = [f"generation under one autocast context{' off: fp32, no weight is cast' if fp32 else ''}"]
     args = trainer.args
     # TRL patches the base model under PEFT, and the reference model when there is one (beta > 0).
     models = [trainer.model.get_base_model() if hasattr(trainer.model, "get_base_model") else trainer.model]
     if getattr(trainer, "ref_model", None) is not None:
         models.append(trainer.ref_model)
-    # Kept on TRL's head: the entropy bonus (needs the entropy's gradient, which the direct head does
-    # not keep) and an fp32 LM head (TRL runs it outside autocast).
+    # Kept on TRL's head: the entropy bonus (needs the entropy's gradient, which the direct head does not
+    # keep), an fp32 LM head (TRL runs it outside autocast), and a GPU (TRL's Triton head is fast there).
     entropy_bonus = getattr(args, "entropy_coef", 0.0) != 0.0 or getattr(args, "use_adaptive_entropy", False)
-    if trainer.accelerator.device.type == "cpu" and not entropy_bonus and not args.cast_lm_head_to_fp32:
-        if all(completion_logprob_head(m, temperature=args.temperature) for m in models):
-            installed.append("completion-only log-prob head")
-        else:
-            log.warning("TRL's fused LM head was not found: completion log-probs stay on TRL's path")
+    why = (
+        "TRL's own head on a GPU"
+        if trainer.accelerator.device.type != "cpu"
+        else "the entropy bonus needs TRL's head"
+        if entropy_bonus
+        else "grpo.cast_lm_head_to_fp32 keeps TRL's fp32 head"
+        if args.cast_lm_head_to_fp32
+        else None
+    )
+    if why is None and not all(completion_logprob_head(m, temperature=args.temperature) for m in models):
+        why = "TRL's fused LM head was not found"
+        if strict:
+            raise ConfigError(f"grpo.fast_paths=true: {why} to stand in for; auto falls back to it")
+    installed.append(f"completion-only log-prob head{f' off: {why}' if why else ''}")
     return installed

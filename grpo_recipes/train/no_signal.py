@@ -29,18 +29,16 @@ def likely_cause(logs: dict[str, float], max_completion_length: int | None) -> s
 
 
 class NoSignalWarning(TrainerCallback):
-    def __init__(self, after_steps: int, max_completion_length: int | None):
-        self.after = after_steps  # grpo.no_signal_warning (0: off)
-        self.max_completion_length, self.streak, self.warned = max_completion_length, 0, False
+    streak, warned = 0, False
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if not self.after or not logs or "frac_reward_zero_std" not in logs:
+        if not args.no_signal_warning or not logs or "frac_reward_zero_std" not in logs:  # 0: off
             return
         self.streak = self.streak + 1 if logs["frac_reward_zero_std"] >= 1.0 else 0
-        if self.streak >= self.after and not self.warned and state.is_world_process_zero:
+        if self.streak >= args.no_signal_warning and not self.warned and state.is_world_process_zero:
             self.warned = True
             log.warning(
                 f"No learning signal for {self.streak} steps in a row (step {state.global_step}): every "
                 "prompt group's completions got the same reward, so GRPO had no gradient. Likely cause: "
-                f"{likely_cause(logs, self.max_completion_length)}"
+                f"{likely_cause(logs, args.max_completion_length)}"
             )

@@ -110,7 +110,7 @@ def _train(cfg: dict[str, Any], run_dir: Path, s: Setup, training: Training) -> 
     if (lora := s.peft_config) is not None:
         targets = lora.target_modules if isinstance(lora.target_modules, str) else sorted(lora.target_modules)
         log.info("LoRA r=%d alpha=%d on %s", lora.r, lora.lora_alpha, targets)
-    log.info("Fast paths: %s", fast_paths.apply(trainer, s.args.fast_paths))
+    log.info("Fast paths: %s", training.fast_paths)
     if s.args.use_vllm:
         log.info("fixed eval generates with the trainer's vLLM engine (%s)", trainer.vllm_generation.mode)
     n_train = sum(t.numel() for t in trainer.model.parameters() if t.requires_grad)

@@ -1,9 +1,11 @@
-"""The tinker recipe's sampler-vs-learner metrics (README "Evaluation and metrics"): sampling log-probs are
-vLLM's or recorded while `generate` samples (TRL's transformers path returns none); training log-probs are
+"""Training generations' sampling, and the tinker recipe's sampler-vs-learner metrics (README "Evaluation and
+metrics"). On TRL's transformers path the recipe samples each token itself (InverseCDFSampler: the same
+distribution at a fraction of the cost) and keeps its log-prob; vLLM returns its own. Training log-probs are
 TRL's `old_per_token_logps` when it computes them, else the loss pass's."""
 
 from __future__ import annotations
 
+import copy
 import functools
 import logging
 
@@ -70,38 +72,28 @@ def sampling_warpers(config, fallback=None) -> lp.LogitsProcessorList | None:
     return warpers
 
 
-class ChosenTokenLogprobs(lp.LogitsProcessor):
-    """Records log p(chosen token) under the warped distribution, scores untouched. A logits processor runs
-    before generate's warpers, so this one applies them to a copy of one step's scores (never the [steps,
-    batch, vocab] of `output_scores=True`). Each call sees the previous step's token as the last input id."""
+class InverseCDFSampler(lp.LogitsProcessor):
+    """Samples each next token itself and returns scores whose argmax is that token, so `generate` runs its
+    greedy loop: the warped distribution's CDF and one uniform per row (the same distribution as generate's
+    multinomial, which draws an exponential per vocabulary entry: ~25x the cost at 49k entries). Records
+    log p(token) under the warped distribution, the sampler's side of the KL metrics."""
 
     def __init__(self, warpers: lp.LogitsProcessorList):
-        self.warpers = warpers
-        self.steps: list[torch.Tensor] = []
-        self.last: tuple[torch.Tensor, torch.Tensor] | None = None  # the latest step's scores, logsumexp
+        self.warpers, self.steps = warpers, []
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
-        if self.last is not None:
-            self.steps.append(self._chosen(input_ids[:, -1]))
-        warped = self.warpers(input_ids, scores)
-        self.last = (warped, torch.logsumexp(warped.float(), dim=-1))
-        return scores
+        logp = torch.log_softmax(self.warpers(input_ids, scores).float(), dim=-1)
+        cdf = logp.exp().cumsum(dim=-1)
+        u = torch.rand(cdf.size(0), 1, device=cdf.device, dtype=cdf.dtype) * cdf[:, -1:]
+        token = torch.searchsorted(cdf, u, right=True).clamp_(max=cdf.size(1) - 1)
+        self.steps.append(logp.gather(1, token).squeeze(1))
+        return torch.full_like(scores, float("-inf")).scatter_(1, token, 0.0)
 
-    def _chosen(self, tokens: torch.Tensor) -> torch.Tensor:
-        warped, lse = self.last
-        return warped.float().gather(1, tokens.unsqueeze(1)).squeeze(1) - lse
-
-    def logprobs(self, new_tokens: torch.Tensor) -> torch.Tensor:
-        """(batch, n) log-probs of the n generated tokens (generate may have run a step it then undid)."""
-        n = new_tokens.size(1)
-        steps = self.steps[:n]
-        if len(steps) < n and self.last is not None:
-            steps.append(self._chosen(new_tokens[:, len(steps)]))
-        if len(steps) < n:
-            raise RuntimeError(f"recorded {len(steps)} sampling steps for {n} generated tokens")
-        if not steps:
-            return torch.zeros((new_tokens.size(0), 0), device=new_tokens.device)
-        return torch.stack(steps, dim=1)
+    def logprobs(self, n: int) -> torch.Tensor:
+        """(batch, n) log-probs of the n generated tokens."""
+        if len(self.steps) < n:
+            raise RuntimeError(f"sampled {len(self.steps)} steps for {n} generated tokens")
+        return torch.stack(self.steps[:n], dim=1) if n else torch.zeros((0, 0))
 
 
 class SamplingKLTrainer(WholeCheckpoints, GRPOTrainer):
@@ -123,15 +115,19 @@ class SamplingKLTrainer(WholeCheckpoints, GRPOTrainer):
         def generate_recording(*args, **kwargs):
             if not self._recording:
                 return generate(*args, **kwargs)
-            warpers = sampling_warpers(kwargs.get("generation_config"), model.generation_config)
+            config = kwargs.get("generation_config")
+            warpers = sampling_warpers(config, model.generation_config)
             input_ids = kwargs.get("input_ids")
             if warpers is None or args or input_ids is None or kwargs.get("logits_processor"):
                 self._why_not = "generate is not plain sampling with input_ids (greedy, beams, other warpers)"
                 return generate(*args, **kwargs)
-            observer = ChosenTokenLogprobs(warpers)
-            out = generate(*args, logits_processor=lp.LogitsProcessorList([observer]), **kwargs)
+            sampler = InverseCDFSampler(warpers)  # it samples; generate's loop only takes its token
+            greedy = copy.deepcopy(config)
+            greedy.update(do_sample=False, temperature=1.0, top_k=50, top_p=1.0, min_p=None)
+            kwargs["generation_config"] = greedy
+            out = generate(*args, logits_processor=lp.LogitsProcessorList([sampler]), **kwargs)
             sequences = out if isinstance(out, torch.Tensor) else out.sequences
-            self._recorded = observer.logprobs(sequences[:, input_ids.size(1) :])
+            self._recorded = sampler.logprobs(sequences.size(1) - input_ids.size(1))
             return out
 
         model.generate = generate_recording

@@ -24,12 +24,8 @@ def make_evaluator(cfg: dict[str, Any], s: Setup):
         s.taskset,
         s.tokenizer,
         cfg["dataset"]["prompt_format"],
+        e,
         max_new_tokens=e["max_new_tokens"] or s.args.max_completion_length,
-        batch_size=e["batch_size"],
-        do_sample=e["do_sample"],
-        temperature=e["temperature"],
-        pass_k=e["pass_k"],
-        print_examples=e["print_examples"],
         response_prefix=s.response_prefix,
         rewards=list(zip(s.reward_funcs, s.args.reward_weights or [1.0] * len(s.reward_funcs))),
         holdout=holdout_by_task(cfg["dataset"]),
@@ -64,6 +60,7 @@ class Training(NamedTuple):
     trainer: Any
     evaluation: Any  # FixedEvalCallback
     stop: Any  # GracefulStop
+    fast_paths: str  # the speed-ups installed, and why any is not
 
 
 def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
@@ -75,6 +72,7 @@ def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
     from grpo_recipes.evaluation.callback import FixedEvalCallback
     from grpo_recipes.evaluation.generation import VLLMGenerator, end_ids
     from grpo_recipes.outputs.logs import ConciseProgressCallback, MetricsFileCallback
+    from grpo_recipes.train import fast_paths
     from grpo_recipes.train.no_signal import NoSignalWarning
     from grpo_recipes.train.samples import SampleRecorder
     from grpo_recipes.train.sampling_kl import trainer_class
@@ -131,11 +129,11 @@ def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
     if not s.args.disable_tqdm:  # the stock bar out (before ours, its subclass, is in), then ours
         trainer.remove_callback(ProgressCallback)
         trainer.add_callback(ConciseProgressCallback)
-    trainer.add_callback(NoSignalWarning(s.args.no_signal_warning, s.args.max_completion_length))
+    trainer.add_callback(NoSignalWarning())
     trainer.add_callback(samples)
     trainer.add_callback(stop)
     if trainer.is_fsdp_enabled:  # FSDP's sharded checkpoints get what eval_only needs to load them
         from grpo_recipes.models.weights import CompleteShardedCheckpoints
 
         trainer.add_callback(CompleteShardedCheckpoints())
-    return Training(trainer, evaluation, stop)
+    return Training(trainer, evaluation, stop, fast_paths.apply(trainer, s.args.fast_paths))

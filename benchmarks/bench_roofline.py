@@ -1,0 +1,270 @@
+"""The default training step against this machine's limit: per phase, the roofline bound and the time it
+takes.
+
+    python -m benchmarks.bench_roofline [--steps 10] [--set max_completion_length=64 ...]
+
+1. The machine's peaks, measured here: bf16 matrix-multiply FLOP/s at the model's own shapes (the best of
+   a few row counts) and read bandwidth (summing a 1 GiB tensor); on a GPU the same on the GPU.
+2. The step's bound from its real shapes (completions, mean prompt and completion tokens, the model's
+   layers, a reference model when beta > 0, updates per generation): for each phase the larger of its FLOPs
+   at the GEMM peak and its bytes at the read bandwidth. Prefill: every prompt token through the body, one
+   LM-head row per completion. Decode: one pass per generated token, reading every bf16 weight and the KV
+   cache. Training forward: every token through the body, the LM head on completion tokens only; backward:
+   twice its FLOPs. Optimizer: AdamW reading and writing fp32 weights, gradients and two moments.
+3. The recipe's step (grpo/default.yaml, the fast paths on, as train_grpo.py builds it), timed per phase by
+   hooks: the model's first forward inside `generate` (prefill), the later ones (decode), the rest of
+   `generate` (sampling, the loop), the forwards with gradients (training forward), `backward`, the
+   optimizer step, and the rest (rewards, data, logging). Medians over steps 3 onward.
+Prints phase | bound | measured | ratio, and the whole step's ratio: median step / summed bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections import defaultdict
+
+import torch
+import yaml
+from transformers import TrainerCallback
+
+from benchmarks.bench_step import StepClock
+from benchmarks.common import default_setup, git_rev, machine
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def best_seconds(fn, device, repeat: int = 7) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeat):
+        sync(device)
+        start = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def machine_peaks(config, device) -> tuple[float, float]:
+    """(bf16 GEMM FLOP/s at the model's shapes, read bytes/s)."""
+    d, ff = config.hidden_size, config.intermediate_size
+    best = 0.0
+    for m in (512, 1024, 4096):
+        for k, n in ((d, ff), (ff, d), (d, config.vocab_size)):
+            a = torch.randn(m, k, dtype=torch.bfloat16, device=device)
+            b = torch.randn(k, n, dtype=torch.bfloat16, device=device)
+            best = max(best, 2 * m * k * n / best_seconds(lambda a=a, b=b: a @ b, device))
+    x = torch.ones(2**29, dtype=torch.bfloat16, device=device)  # 1 GiB
+    bandwidth = x.numel() * x.element_size() / best_seconds(lambda: x.sum(), device)
+    return best, bandwidth
+
+
+def step_bounds(config, n_params: int, shapes: dict, peak: float, bandwidth: float) -> dict[str, float]:
+    """Seconds per phase at the machine's limit (shapes: completions B, prompt tokens P, completion
+    tokens C (the longest: every pass runs the whole batch), decode passes, and passes: model passes over
+    the batch with gradients or for old/reference log-probs)."""
+    B, P, C = shapes["completions"], shapes["prompt_tokens"], shapes["completion_tokens"]
+    passes = shapes["decode_passes"]
+    d, layers, vocab = config.hidden_size, config.num_hidden_layers, config.vocab_size
+    head = d * vocab  # the LM head's weights (tied to the embedding in SmolLM2)
+    body = n_params - head * (1 if config.tie_word_embeddings else 2)
+    kv_dim = config.num_key_value_heads * (d // config.num_attention_heads)
+
+    def attention(queries: float, context: float) -> float:  # QK^T and AV: 2 matmuls of 2 FLOPs a MAC
+        return 4 * layers * d * queries * context
+
+    def bound(flops: float, bytes_: float) -> float:
+        return max(flops / peak, bytes_ / bandwidth)
+
+    prefill = bound(2 * body * B * P + 2 * head * B + attention(B * P, P / 2), 2 * n_params)
+    decode = sum(  # token t reads every bf16 weight and the KV cache of P + t positions (k and v)
+        bound(
+            2 * (body + head) * B + attention(B, P + t), 2 * n_params + 2 * 2 * layers * kv_dim * B * (P + t)
+        )
+        for t in range(passes)
+    )
+    forward_flops = 2 * body * B * (P + C) + 2 * head * B * C + attention(B * (P + C), (P + C) / 2)
+    return {
+        "prefill": prefill,
+        f"decode ({passes} passes)": decode,
+        "sampling and the generate loop": 0.0,
+        "training forward": shapes["passes"] * bound(forward_flops, 4 * n_params),
+        "backward": bound(2 * forward_flops, 8 * n_params),
+        "optimizer (AdamW)": bound(0, 28 * n_params),  # read p, g, m, v (fp32); write p, m, v
+        "the rest (rewards, data, logging)": 0.0,
+    }
+
+
+class PhaseClock:
+    """Times the model's forwards by phase (hooks: whatever wraps `forward`, the hooks see every call) and
+    what `generate` spends outside them."""
+
+    def __init__(self, model, device):
+        self.device, self.parts, self.in_generate, self.calls = device, defaultdict(float), False, 0
+        model.register_forward_pre_hook(self.before)
+        model.register_forward_hook(self.after)
+
+    def before(self, module, args):
+        sync(self.device)
+        self.start = time.perf_counter()
+
+    def after(self, module, args, output):
+        sync(self.device)
+        seconds = time.perf_counter() - self.start
+        if self.in_generate:
+            self.parts["prefill" if self.calls == 0 else "decode"] += seconds
+            self.parts["decode passes"] += self.calls > 0
+            self.calls += 1
+        else:
+            self.parts["training forward"] += seconds
+        self.forward_in_generate = getattr(self, "forward_in_generate", 0.0) + seconds * self.in_generate
+
+    def wrap_generate(self, model):
+        generate = model.generate
+
+        def timed(*args, **kwargs):
+            self.in_generate, self.calls, self.forward_in_generate = True, 0, 0.0
+            start = time.perf_counter()
+            try:
+                return generate(*args, **kwargs)
+            finally:
+                sync(self.device)
+                total = time.perf_counter() - start
+                self.parts["sampling and the generate loop"] += total - self.forward_in_generate
+                self.in_generate = False
+
+        model.generate = timed
+
+    def timed(self, obj, name: str, label: str):
+        original = getattr(obj, name)
+
+        def call(*args, **kwargs):
+            sync(self.device)
+            start = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                sync(self.device)
+                self.parts[label] += time.perf_counter() - start
+
+        setattr(obj, name, call)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="GRPOConfig overrides")
+    args = parser.parse_args()
+
+    from trl import GRPOTrainer
+
+    from grpo_recipes.config.trainer_args import build_grpo_kwargs, recipe_grpo_config_class
+    from grpo_recipes.models.hardware import detect_hardware, resolve_activation_checkpointing
+    from grpo_recipes.train import fast_paths
+    from rewards import RewardContext, build_rewards
+
+    cfg, taskset, train, _, model, tokenizer = default_setup(eval_size=8)
+    hw = detect_hardware()
+    device = torch.device("cuda" if hw.gpu else "cpu")
+    model = model.to(device, dtype=torch.bfloat16 if hw.gpu and hw.bf16 else torch.float32)
+    funcs, weights = build_rewards(cfg["dataset"]["rewards"], RewardContext(taskset.score, "answer_tag"))
+    grpo = build_grpo_kwargs(cfg, hw, reward_weights=weights)
+    resolve_activation_checkpointing(grpo, model, hw, lora=False)
+    for key in ("max_steps", "output_dir", "report_to", "logging_steps", "save_strategy", "run_name"):
+        grpo.pop(key, None)
+    grpo.update({k: yaml.safe_load(v) for k, v in (item.split("=", 1) for item in args.set)})
+
+    print(f"machine: {machine()}; commit {git_rev()}; torch threads {torch.get_num_threads()}")
+    peak, bandwidth = machine_peaks(model.config, device)
+    print(
+        f"measured peaks: bf16 GEMM {peak / 1e12:.2f} TFLOP/s (model shapes), "
+        f"reads {bandwidth / 1e9:.1f} GB/s"
+    )
+
+    import tempfile
+
+    clock, phases = StepClock(), PhaseClock(model, device)
+    with tempfile.TemporaryDirectory() as out:
+        config = recipe_grpo_config_class()(
+            output_dir=out,
+            max_steps=args.steps,
+            logging_steps=1,
+            save_strategy="no",
+            report_to="none",
+            **grpo,
+        )
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=funcs,
+            args=config,
+            train_dataset=train,
+            processing_class=tokenizer,
+            callbacks=[clock],
+        )
+        print("fast paths:", fast_paths.apply(trainer, grpo.get("fast_paths", "auto")))
+        phases.wrap_generate(trainer.model)
+        phases.timed(trainer.accelerator, "backward", "backward")
+        per_step: list[dict[str, float]] = []
+
+        class Snapshot(TrainerCallback):  # the optimizer step, and each step's phases
+            def on_pre_optimizer_step(self, *a, **kw):
+                sync(device)
+                self.start = time.perf_counter()
+
+            def on_optimizer_step(self, *a, **kw):
+                sync(device)
+                phases.parts["optimizer"] += time.perf_counter() - self.start
+
+            def on_step_end(self, *a, **kw):
+                per_step.append(dict(phases.parts))
+                phases.parts.clear()
+
+        trainer.add_callback(Snapshot())
+        trainer.train()
+
+    skip = min(2, len(per_step) - 1)  # medians from step 3 on: the first steps warm caches (and compile)
+    logs = clock.logs[skip:]
+    shapes = {
+        "completions": config.per_device_train_batch_size * config.gradient_accumulation_steps,
+        "prompt_tokens": round(
+            statistics.mean(
+                (log["num_tokens"] - prev["num_tokens"]) / config.per_device_train_batch_size
+                - log["completions/mean_length"]
+                for prev, log in zip(clock.logs, clock.logs[1:])
+            )
+        ),
+        "completion_tokens": config.max_completion_length,
+        "decode_passes": round(statistics.median(p.get("decode passes", 0) for p in per_step[skip:])),
+        "passes": 1 + (config.beta > 0) + (config.num_iterations > 1),
+    }
+    n_params = sum(p.numel() for p in model.parameters())
+    bounds = step_bounds(model.config, n_params, shapes, peak, bandwidth)
+    step = statistics.median(clock.step_times[skip:])
+    measured = {}
+    for name in bounds:
+        key = name.split(" (")[0] if name.startswith(("decode", "optimizer")) else name
+        values = [parts.get(key, 0.0) for parts in per_step[skip:]]
+        measured[name] = statistics.median(values) if values else float("nan")
+    measured["the rest (rewards, data, logging)"] = max(0.0, step - sum(measured.values()))
+    mean_length = statistics.mean(g["completions/mean_length"] for g in logs)
+    print(
+        f"step: {shapes['completions']} completions, ~{shapes['prompt_tokens']} prompt tokens, up to "
+        f"{shapes['completion_tokens']} completion tokens (mean {mean_length:.1f}), "
+        f"{shapes['decode_passes']} decode passes, "
+        f"{shapes['passes']} model pass(es) before the update; medians of steps {skip + 1}-{len(per_step)}\n"
+    )
+    print("| phase | bound (s) | measured (s) | ratio |\n|---|---|---|---|")
+    for name, bound in bounds.items():
+        ratio = f"{measured[name] / bound:.1f}x" if bound else "-"
+        print(f"| {name} | {bound:.3f} | {measured[name]:.3f} | {ratio} |")
+    total = sum(bounds.values())
+    print(f"| **whole step** | **{total:.3f}** | **{step:.3f}** | **{step / total:.1f}x** |")
+
+
+if __name__ == "__main__":
+    main()
