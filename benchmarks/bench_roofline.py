@@ -4,14 +4,16 @@ takes.
     python -m benchmarks.bench_roofline [--steps 10] [--set max_completion_length=64 ...]
 
 1. The machine's peaks, measured here: bf16 matrix-multiply FLOP/s at the model's own shapes (the best of
-   a few row counts) and read bandwidth (summing a 1 GiB tensor); on a GPU the same on the GPU.
+   a few row counts) and read bandwidth (the faster of summing a 1 GiB fp32 tensor and a matrix-vector
+   product over it); on a GPU the same on the GPU.
 2. The step's bound from its real shapes (completions, mean prompt and completion tokens, the model's
    layers, a reference model when beta > 0, updates per generation): for each phase the larger of its FLOPs
    at the GEMM peak and its bytes at the read bandwidth. Prefill: every prompt token through the body, one
    LM-head row per completion. Decode: one pass per generated token, reading every bf16 weight and the KV
    cache. Training forward: every token through the body, the LM head on completion tokens only; backward:
    twice its FLOPs. Optimizer: AdamW reading and writing fp32 weights, gradients and two moments.
-3. The recipe's step (grpo/default.yaml, the fast paths on, as train_grpo.py builds it), timed per phase by
+3. The recipe's step (grpo/default.yaml, its trainer class and fast paths, as train_grpo.py builds it),
+   timed per phase by
    hooks: the model's first forward inside `generate` (prefill), the later ones (decode), the rest of
    `generate` (sampling, the loop), the forwards with gradients (training forward), `backward`, the
    optimizer step, and the rest (rewards, data, logging). Medians over steps 3 onward.
@@ -21,6 +23,7 @@ Prints phase | bound | measured | ratio, and the whole step's ratio: median step
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import time
 from collections import defaultdict
@@ -59,9 +62,12 @@ def machine_peaks(config, device) -> tuple[float, float]:
             a = torch.randn(m, k, dtype=torch.bfloat16, device=device)
             b = torch.randn(k, n, dtype=torch.bfloat16, device=device)
             best = max(best, 2 * m * k * n / best_seconds(lambda a=a, b=b: a @ b, device))
-    x = torch.ones(2**29, dtype=torch.bfloat16, device=device)  # 1 GiB
-    bandwidth = x.numel() * x.element_size() / best_seconds(lambda: x.sum(), device)
-    return best, bandwidth
+    x = torch.ones(
+        2**16, 2**12, device=device
+    )  # 1 GiB of fp32: the best of a sum and a matrix-vector product
+    v = torch.ones(2**12, 1, device=device)
+    seconds = min(best_seconds(lambda: x.sum(), device), best_seconds(lambda: x @ v, device))
+    return best, x.numel() * x.element_size() / seconds
 
 
 def step_bounds(config, n_params: int, shapes: dict, peak: float, bandwidth: float) -> dict[str, float]:
@@ -161,11 +167,10 @@ def main() -> None:
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="GRPOConfig overrides")
     args = parser.parse_args()
 
-    from trl import GRPOTrainer
-
     from grpo_recipes.config.trainer_args import build_grpo_kwargs, recipe_grpo_config_class
     from grpo_recipes.models.hardware import detect_hardware, resolve_activation_checkpointing
     from grpo_recipes.train import fast_paths
+    from grpo_recipes.train.sampling_kl import trainer_class
     from rewards import RewardContext, build_rewards
 
     cfg, taskset, train, _, model, tokenizer = default_setup(eval_size=8)
@@ -198,7 +203,7 @@ def main() -> None:
             report_to="none",
             **grpo,
         )
-        trainer = GRPOTrainer(
+        trainer = trainer_class(config)(  # the recipe's trainer, as train_grpo.py builds it
             model=model,
             reward_funcs=funcs,
             args=config,
@@ -264,6 +269,9 @@ def main() -> None:
         print(f"| {name} | {bound:.3f} | {measured[name]:.3f} | {ratio} |")
     total = sum(bounds.values())
     print(f"| **whole step** | **{total:.3f}** | **{step:.3f}** | **{step / total:.1f}x** |")
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    print(f"\npeak RSS of this process {rss:.2f} GiB; {faults / len(per_step):,.0f} minor page faults a step")
 
 
 if __name__ == "__main__":

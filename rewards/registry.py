@@ -17,11 +17,14 @@ from rewards.guard import RewardFaults
 
 
 def completion_text(completion: Any) -> str:
-    """TRL passes a list of messages for chat prompts and a plain string otherwise."""
+    """TRL passes a list of messages for chat prompts and a plain string otherwise. With tools the list holds
+    every turn: the answer is the last assistant turn's (TRL can end a rollout on a tool result, whose text
+    is the tool's, not the model's)."""
     if isinstance(completion, str):
         return completion
     if isinstance(completion, list) and completion and isinstance(completion[-1], dict):
-        content = completion[-1].get("content", "")
+        last = next((m for m in reversed(completion) if m.get("role") == "assistant"), completion[-1])
+        content = last.get("content", "")
         return content if isinstance(content, str) else str(content)
     return "" if completion is None else str(completion)
 

@@ -193,16 +193,17 @@ def test_consumers_get_the_declared_defaults_not_their_own():
 
     from grpo_common.formats import AnswerTag
     from grpo_recipes.config.knobs import KNOBS
+    from grpo_recipes.evaluation.console import log_eval
     from grpo_recipes.evaluation.evaluator import FixedEvaluator
     from grpo_recipes.train.data import system_prompt
 
     cfg = composed()  # the default run: answer_tag (data.py once fell back to plain) and 2 printed examples
     assert system_prompt(cfg["dataset"]) == AnswerTag.system_prompt
     assert cfg["eval"]["print_examples"] == KNOBS["eval.print_examples"].default == 2
-    # the evaluator takes every eval knob as given (run.py once passed its own fallback of 0)
-    params = inspect.signature(FixedEvaluator).parameters
-    for knob in ("batch_size", "do_sample", "temperature", "pass_k", "print_examples"):
-        assert params[knob].default is inspect.Parameter.empty, knob
+    # the evaluator reads the eval group it is handed, with no fallback of its own (run.py once passed 0)
+    assert inspect.signature(FixedEvaluator).parameters["settings"].default is inspect.Parameter.empty
+    source = inspect.getsource(FixedEvaluator) + inspect.getsource(log_eval)
+    assert 'settings["print_examples"]' in source and "settings.get(" not in source
 
 
 def test_a_bool_reward_weight_is_refused_by_the_check_and_the_registry_alike():

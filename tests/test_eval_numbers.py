@@ -158,10 +158,11 @@ def test_code_chance_runs_the_example_output_program_in_the_sandbox():
         code_row("def f(x):\n    return 2 * x", [1, 2], test="assert f(4) == 8"),
     ]
     table, _ = chance_table(rows, taskset)
-    assert table["python_functions"] == {"majority": 2 / 3, "empty": 0.0, "example_output": 1 / 3}
+    # no majority "label": the commonest reference program solves its own problems, no constant could
+    assert table["python_functions"] == {"empty": 0.0, "example_output": 1 / 3}
     # without the example output recorded, that constant is not tried
     table, _ = chance_table([code_row("def f(x):\n    return x + 3", None)], taskset)
-    assert set(table["python_functions"]) == {"majority", "empty"}
+    assert set(table["python_functions"]) == {"empty"}
 
 
 def test_the_alarm_needs_the_reward_up_and_the_accuracy_down_by_more_than_the_drop():

@@ -3,7 +3,8 @@
 Every module of each package is parsed (imports inside functions count too); a module may import
 its own package and any lower layer, never a higher one. tasks and rewards share a level in the
 design, with one direction between them: tasks import rewards (the code tasks run their tests
-through the code reward's sandbox), rewards never import tasks.
+through the code reward's sandbox), rewards never import tasks. tools (what a model may call mid-answer) run
+model code in the rewards' sandbox, so they sit above rewards; neither rewards nor tasks import them.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = ["grpo_common", "rewards", "tasks", "grpo_recipes", "train_grpo"]  # bottom to top
+LAYERS = ["grpo_common", "rewards", "tools", "tasks", "grpo_recipes", "train_grpo"]  # bottom to top
 
 
 def imported(path: Path) -> set[str]:

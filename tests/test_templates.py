@@ -54,5 +54,31 @@ def test_chat_template_override_from_a_string_or_a_file(tmp_path):
     path = tmp_path / "t.jinja"
     path.write_text(CHATML)
     assert load_chat_template(str(path)) == CHATML
-    with pytest.raises(ConfigError, match="neither a Jinja template nor an existing file"):
+    with pytest.raises(ConfigError, match="neither a Jinja template, an existing file, nor trl:<name>"):
         load_chat_template("missing.jinja")
+
+
+def test_a_trl_template_is_read_from_the_installed_trl_byte_for_byte():
+    from trl.chat_template_utils import qwen2_5_chat_template
+
+    assert load_chat_template("trl:qwen2_5") == qwen2_5_chat_template  # TRL knows its templates by identity
+    with pytest.raises(
+        ConfigError, match=r"model.tool_chat_template=trl:qwen25: the installed TRL ships no such"
+    ):
+        load_chat_template("trl:qwen25", "model.tool_chat_template")
+
+
+def test_tools_need_a_template_that_can_call_them(tiny):
+    from grpo_recipes.models.loading import set_chat_template
+
+    tokenizer = copy.deepcopy(tiny[1])
+    set_chat_template(tokenizer, {"path": "tiny-random", "tool_chat_template": "trl:qwen2_5"}, tools=False)
+    with pytest.raises(ConfigError, match=r"cannot call tools with its own chat template; set model.chat_"):
+        set_chat_template(tokenizer, {"path": "tiny-random"}, tools=True)
+    assert tokenizer.chat_template == CHATML  # without tools, tool_chat_template is not used
+    set_chat_template(tokenizer, {"path": "tiny-random", "tool_chat_template": "trl:qwen2_5"}, tools=True)
+    assert tokenizer.response_template is not None  # TRL's parser for its calls, for the fixed eval too
+    custom = copy.deepcopy(tiny[1])  # a template that renders tool calls, in a format TRL cannot parse
+    custom.chat_template = CHATML.replace("message['content']", "message['content'] ~ (message | tojson)")
+    with pytest.raises(ConfigError, match="TRL cannot parse the tool calls"):
+        set_chat_template(custom, {"path": "tiny-random"}, tools=True)

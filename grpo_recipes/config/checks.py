@@ -74,6 +74,7 @@ def check_config(cfg: Mapping[str, Any], world_size: int | None = None) -> list[
     sandbox settings and a local model path; returns the rewards' weights. (TRL's own rules:
     trainer_args.check_trainer_config.)"""
     check_values(cfg, world_size)
+    from grpo_common.templates import TRL_PREFIX, load_chat_template
     from grpo_recipes.models.loading import check_model_path
     from grpo_recipes.train.data import few_shot, system_prompt
     from rewards import RewardContext, build_rewards
@@ -98,6 +99,9 @@ def check_config(cfg: Mapping[str, Any], world_size: int | None = None) -> list[
     except (TypeError, ValueError) as err:
         raise ConfigError(str(err)) from None
     check_model_path(cfg["model"]["path"])
+    for key in ("chat_template", "tool_chat_template"):  # trl:<name>: a template the installed TRL ships
+        if str(cfg["model"].get(key) or "").startswith(TRL_PREFIX):
+            load_chat_template(cfg["model"][key], f"model.{key}")
     return weights
 
 

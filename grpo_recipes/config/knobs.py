@@ -33,6 +33,7 @@ from grpo_recipes.config.values import (
     Int,
     Value,
 )
+from tools import TOOL_NAMES
 
 OPT_BOOL = Value("bool", optional=True)
 TRL_DEFAULT = object()  # a GRPOConfig field the recipe only range-checks: TRL's default, not in the config
@@ -106,7 +107,12 @@ class Model:
     path: str = knob("???", STR, "a hub id, a local dir, embedded:<name> or tiny-random")
     dtype: str = knob("auto", Choice(*DTYPE_NAMES), "auto: fp32 on CPU, bf16 on a GPU that supports it")
     attn_implementation: Any = knob(None, OPT_STR, "null: transformers' default (sdpa)", resume=True)
-    chat_template: Any = knob(None, OPT_STR, "a Jinja template (or .jinja file) replacing the tokenizer's")
+    chat_template: Any = knob(
+        None, OPT_STR, "replaces the tokenizer's: a Jinja template, a .jinja file, or trl:<name> (TRL's)"
+    )
+    tool_chat_template: Any = knob(
+        None, OPT_STR, "with tools= and no model.chat_template: the template used (its own cannot call tools)"
+    )
     response_prefix: Any = knob("auto", OPT_STR, "what the template pre-fills: auto | none | a string")
     lora: Lora = field(default_factory=Lora)
 
@@ -154,6 +160,14 @@ class Sandbox:
     isolation: str = knob("full", Choice("full", "basic"), "full: + namespaces, Landlock where allowed")
     read_paths: list = knob([], Value("list", item=STR), "extra read-only paths an interpreter needs")
     languages: dict = knob({}, Value("dict"), "more interpreters: {name: {command: [...], extension: ..}}")
+
+
+@dataclass
+class Tools:
+    names: list = knob(
+        [], Value("list", item=Choice(*TOOL_NAMES)), "tools the model may call mid-answer (TRL's tools=)"
+    )
+    max_output_chars: int = knob(400, COUNT, "a tool's reply is cut to this many characters")
 
 
 @dataclass
@@ -214,11 +228,21 @@ class GRPO(RecipeGRPOFields):
     vllm_mode: str = knob(TRL_DEFAULT, Choice("server", "colocate"), "where vLLM runs")
     mask_truncated_completions: bool = knob(TRL_DEFAULT, BOOL, "leave cut-off completions out of the loss")
     vllm_gpu_memory_utilization: float = knob(TRL_DEFAULT, Float(above=0, high=1), "vLLM's GPU share")
+    max_tool_calling_iterations: Any = knob(
+        TRL_DEFAULT, Int(1, optional=True), "tool-calling turns per rollout (null: until the length limit)"
+    )
 
 
 # Each group's declaration; "" is the top level. Every group but grpo is closed (an unknown key is a
 # mistake); grpo also takes any GRPOConfig field.
-GROUPS: dict[str, type] = {"": Top, "eval": Eval, "model": Model, "dataset": Dataset, "sandbox": Sandbox}
+GROUPS: dict[str, type] = {
+    "": Top,
+    "eval": Eval,
+    "model": Model,
+    "dataset": Dataset,
+    "sandbox": Sandbox,
+    "tools": Tools,
+}
 OPEN_GROUPS: dict[str, type] = {"grpo": GRPO}
 # GRPOConfig fields not declared above that a resume may change: where and how often it logs and saves.
 RESUMABLE_TRL_PREFIXES = (
@@ -277,7 +301,8 @@ def defaults(cls: type) -> dict[str, Any]:
 @functools.cache  # once per process: the command-line check composes every job of a sweep
 def register() -> None:
     """The declared defaults as Hydra configs: `_schema/top` and `_schema/model` (the model presets build
-    on it; not an option of its own), `dataset/base` (dataset files build on it), and `eval/default`,
+    on it; not an option of its own), `dataset/base` and `tools/base` (the files of those groups build on
+    them), and `eval/default`,
     `sandbox/default` and `grpo/default` (the options train.yaml picks)."""
     from hydra.core.config_store import ConfigStore
 
@@ -285,5 +310,6 @@ def register() -> None:
     store.store(group="_schema", name="top", node=defaults(Top))
     store.store(group="_schema", name="model", node=defaults(Model))
     store.store(group="dataset", name="base", node=defaults(Dataset))  # your dataset files: [base@_here_]
+    store.store(group="tools", name="base", node=defaults(Tools))  # the tools options build on it
     for group, cls in (("eval", Eval), ("sandbox", Sandbox), ("grpo", GRPO)):
         store.store(group=group, name="default", node=defaults(cls))

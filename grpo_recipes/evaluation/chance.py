@@ -8,8 +8,9 @@ import json
 from collections import Counter, defaultdict
 from typing import Any
 
-# the task's most common reference answer for every problem, the empty answer, and (code tasks, run in the
-# sandbox as a model's programs are) a program returning the prompt's example output whatever the input
+# the task's most common reference answer for every problem (not for code: a reference program solves its own
+# problem, no constant could), the empty answer, and (code tasks, run in the sandbox as a model's programs
+# are) a program returning the prompt's example output whatever the input
 CONSTANTS = ("majority", "empty", "example_output")
 
 
@@ -36,6 +37,8 @@ def _scores(taskset, task: str, answers: list[str | None], rows: list[dict]) -> 
 def chance_table(rows: list[dict[str, Any]], taskset) -> tuple[dict[str, dict[str, float]], dict[str, str]]:
     """({task: {constant: accuracy}}, {task: its majority label}) over the fixed `rows`, plus "all tasks":
     each constant over every row (0 where it does not apply) and `best`, each task's best constant."""
+    from tasks.registry import is_code_task
+
     by_task: dict[str, list[dict]] = defaultdict(list)
     for row in rows:
         by_task[row["task"]].append(row)
@@ -43,10 +46,12 @@ def chance_table(rows: list[dict[str, Any]], taskset) -> tuple[dict[str, dict[st
     overall: Counter[str] = Counter()
     for task, task_rows in sorted(by_task.items()):
         n = len(task_rows)
-        labels[task] = Counter(r["answer"] for r in task_rows).most_common(1)[0][0]  # ties: first seen
-        answers = {"majority": [labels[task]] * n, "empty": [""] * n}
+        answers = {"empty": [""] * n}
         programs = [example_program(r) for r in task_rows]
-        if any(programs):
+        if not is_code_task(task):
+            labels[task] = Counter(r["answer"] for r in task_rows).most_common(1)[0][0]  # ties: first seen
+            answers = {"majority": [labels[task]] * n, **answers}
+        elif any(programs):
             answers["example_output"] = programs
         correct = {
             name: sum(s >= 1.0 for s in _scores(taskset, task, given, task_rows))

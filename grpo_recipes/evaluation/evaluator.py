@@ -2,7 +2,8 @@
 greedily, written to `eval_results/eval_step_<N>.json`. Rows marked `eval_level` (the curriculum's per-level
 problems) count only in `level/<task>/<level>/accuracy`; rows marked `eval_set` (the transfer set) only in
 `<eval_set>/...`, generated at the run's first and last evals. The first also computes the chance line
-(chance.py). Every rank generates its shard; rank 0 writes."""
+(chance.py). With tools, each problem is a multi-turn rollout through training's tool loop (tool_loop.py),
+every turn recorded. Every rank generates its shard; rank 0 writes."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_common.formats import get_format, reader
+from tools.usage import tool_use, usage_metrics
 
 # the eval's own marks on a row (`transfer`: which transfer set), not columns a reward is given
 EVAL_MARKS = ("eval_level", "eval_set", "transfer")
@@ -53,6 +55,8 @@ def summarize(examples: list[dict[str, Any]], prompt_format: str, ks: list[int] 
         out = {f"{prefix}{name}": _mean(rows, key) for name, key in named.items()}
         if rows and all("reward" in r for r in rows):
             out[f"{prefix}reward"] = _mean(rows, "reward")
+        if rows and all("tool_calls" in r for r in rows):
+            out.update({f"{prefix}{k}": v for k, v in usage_metrics(rows).items()})
         code = [rule for rule in programs.rules if rule in rules and rule not in answers.rules]
         out.update({f"{prefix}rule/{rule}": rules[rule] / n for rule in [*answers.rules, *code]})
         for k in ks:
@@ -103,6 +107,8 @@ class FixedEvaluator:
         response_prefix: str = "",
         rewards: Sequence[tuple[Callable, float]] = (),
         holdout: dict[str, str] | None = None,
+        tools: Sequence[Callable] = (),
+        max_tool_iterations: int | None = None,
     ):
         self.rows, self.taskset, self.tokenizer = rows, taskset, tokenizer
         self.settings = settings  # the eval group (config/knobs.py Eval)
@@ -122,10 +128,17 @@ class FixedEvaluator:
         self.response_prefix = response_prefix  # pre-filled by the chat template: part of the reply
         self.rewards = list(rewards)  # the run's, weighted: `reward` is what training pays the greedy reply
         self.holdout = holdout  # {task: what its eval problems keep out of training}, for the eval JSON
-        self.texts = [
-            tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False)
-            for r in rows
-        ]
+        self.loop = None  # with tools: training's tool loop, on prompts rendered as training renders them
+        if tools:
+            from grpo_recipes.evaluation.tool_loop import ToolLoop
+
+            self.loop = ToolLoop(tokenizer, tools, max_tool_iterations, max_new_tokens)
+            self.prompt_ids = [self.loop.render(r["prompt"]) for r in rows]
+        else:
+            self.texts = [
+                tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False)
+                for r in rows
+            ]
 
     def generate(self, model, indices: list[int], sampled: bool = False, progress: bool = False):
         """Per index: (text, tokens, truncated), or `num_samples` of them. `model`: policy or generator."""
@@ -138,11 +151,29 @@ class FixedEvaluator:
             generator = HFGenerator(model, self.tokenizer, self.batch_size, progress)
         n = self.num_samples if sampled else 1
         temperature = self.sample_temperature if sampled else self.greedy_temperature
-        prompts = [self.texts[i] for i in indices]
-        completions = generator.generate(prompts, n, temperature, self.max_new_tokens)
         eos_ids = generator.eos_token_ids
-        decoded = [[self._decode(ids, eos_ids) for ids in group] for group in completions]
+        if self.loop is not None:
+            prompt_ids = [self.prompt_ids[i] for i in indices for _ in range(n)]
+            rollouts = self.loop.run(
+                lambda ids, budget: [g[0] for g in generator.generate_ids(ids, 1, temperature, budget)],
+                prompt_ids,
+                eos_ids,
+            )
+            flat = [self._from_rollout(r, eos_ids) for r in rollouts]
+            decoded = [flat[k * n : (k + 1) * n] for k in range(len(indices))]
+        else:
+            prompts = [self.texts[i] for i in indices]
+            completions = generator.generate(prompts, n, temperature, self.max_new_tokens)
+            decoded = [[self._decode(ids, eos_ids) for ids in group] for group in completions]
         return decoded if sampled else [group[0] for group in decoded]
+
+    def _from_rollout(self, rollout, eos_ids: set[int]) -> tuple:
+        """As _decode's, for a multi-turn rollout: the text is its last assistant turn's (the answer, as the
+        rewards read it), the length counts the model's tokens only (as TRL's), and its turns come along."""
+        last = next((t for t in reversed(rollout.turns) if t.get("role") == "assistant"), {})
+        text = self.response_prefix + str(last.get("content") or "")
+        truncated = not rollout.ids or rollout.ids[-1] not in eos_ids
+        return text, sum(rollout.mask), truncated, rollout.ids, rollout.turns
 
     def _decode(self, ids: list[int], eos_ids: set[int]) -> tuple[str, int, bool, list[int]]:
         """(text, length, cut off at the limit, the completion's token ids up to its end)."""
@@ -163,7 +194,7 @@ class FixedEvaluator:
             correct_counts[k] += score >= 1.0
         rewards = self.reward_of(rows, greedy) if self.rewards else [None] * len(rows)
         out, is_formatted = [], self.format.is_formatted
-        for k, (index, row, (completion, length, truncated, _), (extraction, score)) in enumerate(
+        for k, (index, row, (completion, length, truncated, *rest), (extraction, score)) in enumerate(
             zip(indices, rows, greedy, judged)
         ):
             record = {"index": index, **{key: row[key] for key in ("task", "question", "answer")}}
@@ -175,6 +206,9 @@ class FixedEvaluator:
                 record |= {"num_samples": len(samples[k]), "samples_correct": correct_counts[k]}
             if rewards[k] is not None:
                 record["reward"] = rewards[k]
+            if self.loop is not None:  # every turn, and the calls counted as training's are (tools/usage.py)
+                use = tool_use(rest[1])
+                record |= {"tool_calls": use.calls, "tool_errors": use.errors, "turns": rest[1]}
             out.append(record)
         return out
 
@@ -185,11 +219,15 @@ class FixedEvaluator:
         # the columns TRL would pass (not the eval's own marks: a curriculum level, a transfer set)
         keys = [key for key in rows[0] if key != "prompt" and key not in EVAL_MARKS] if rows else []
         columns = {key: [r.get(key) for r in rows] for key in keys}
+        # as TRL passes them: every turn of a tool rollout, else the one assistant message
+        completions = [
+            g[4] if len(g) > 4 else [{"role": "assistant", "content": c}] for g, c in zip(greedy, raw)
+        ]
         totals = [0.0] * len(rows)
         for fn, weight in self.rewards:
             values = fn(
                 prompts=[r["prompt"] for r in rows],
-                completions=[[{"role": "assistant", "content": c}] for c in raw],
+                completions=completions,
                 completion_ids=[g[3] for g in greedy],
                 **columns,
             )

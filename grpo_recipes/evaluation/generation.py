@@ -17,6 +17,13 @@ class HFGenerator:
         self.eos_token_ids = end_ids(model, tokenizer)
 
     def generate(self, prompts: list[str], n: int, temperature: float | None, max_new_tokens: int):
+        ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        return self.generate_ids(ids, n, temperature, max_new_tokens)
+
+    def generate_ids(
+        self, prompt_ids: list[list[int]], n: int, temperature: float | None, max_new_tokens: int
+    ):
+        """`generate` on prompts given as token ids (the tool loop's: prompt + turns, never re-tokenised)."""
         import torch
         from tqdm.auto import tqdm
         from transformers import GenerationConfig
@@ -34,13 +41,13 @@ class HFGenerator:
         )
         batch_size = max(1, self.batch_size // n)
         device = next(self.model.parameters()).device
-        starts = range(0, len(prompts), batch_size)
+        starts = range(0, len(prompt_ids), batch_size)
         desc = "pass@k samples" if n > 1 else "eval"
         bar = tqdm(starts, desc=desc, leave=False, disable=not self.progress or len(starts) < 2)
-        kw = {"return_tensors": "pt", "padding": True, "padding_side": "left", "add_special_tokens": False}
         out = []
         for start in bar:
-            enc = self.tokenizer(list(prompts[start : start + batch_size]), **kw).to(device)
+            batch = {"input_ids": [list(ids) for ids in prompt_ids[start : start + batch_size]]}
+            enc = self.tokenizer.pad(batch, padding=True, padding_side="left", return_tensors="pt").to(device)
             with torch.no_grad():
                 generated = self.model.generate(**enc, generation_config=config)
             ids = generated[:, enc["input_ids"].shape[1] :].tolist()
@@ -57,10 +64,15 @@ class VLLMGenerator:
         self.synced = False
 
     def generate(self, prompts: list[str], n: int, temperature: float | None, max_new_tokens: int):
+        prompt_ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        return self.generate_ids(prompt_ids, n, temperature, max_new_tokens)
+
+    def generate_ids(
+        self, prompt_ids: list[list[int]], n: int, temperature: float | None, max_new_tokens: int
+    ):
         if not self.synced:  # the weights of this very step (collective: every rank takes part)
             self.engine.sync_weights()
             self.synced = True
-        prompt_ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
         sampling = {"n": n, "temperature": temperature or 0.0, "max_tokens": max_new_tokens}  # 0: greedy
         if self.engine.mode == "server":
             return self._server(prompt_ids, sampling)

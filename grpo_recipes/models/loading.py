@@ -209,7 +209,8 @@ def _load_model(local: str, kwargs: dict[str, Any]):
     return AutoModelForCausalLM.from_pretrained(str(weights.consolidated_copy(Path(local))), **kwargs)
 
 
-def load_model_and_tokenizer(model_cfg: dict[str, Any], on_gpu: bool, seed: int = 0):
+def load_model_and_tokenizer(model_cfg: dict[str, Any], on_gpu: bool, seed: int = 0, tools: bool = False):
+    """`tools`: the run gives the model tools, so its chat template must be able to call them."""
     from transformers import AutoTokenizer
 
     path = model_cfg["path"]
@@ -226,6 +227,9 @@ def load_model_and_tokenizer(model_cfg: dict[str, Any], on_gpu: bool, seed: int 
         local = str(Path(path).expanduser()) if Path(path).expanduser().exists() else path
     try:
         tokenizer = AutoTokenizer.from_pretrained(local)
+        set_chat_template(
+            tokenizer, model_cfg, tools
+        )  # a template that cannot work: refused before the weights
         model = _load_model(local, kwargs)
     except OSError as err:
         if "/" in path and not Path(local).exists() and not in_hub_cache(path):
@@ -236,12 +240,42 @@ def load_model_and_tokenizer(model_cfg: dict[str, Any], on_gpu: bool, seed: int 
             f"model.path '{path}' could not be loaded: not a local model directory, and not a hub id "
             f"available offline ({first_line(err)})"
         ) from None
-    if model_cfg["chat_template"]:
-        from grpo_common.templates import load_chat_template
-
-        tokenizer.chat_template = load_chat_template(model_cfg["chat_template"])
-    if tokenizer.chat_template is None:
-        raise ConfigError(f"model '{path}' has no chat template: set model.chat_template")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer
+
+
+def set_chat_template(tokenizer, model_cfg: dict[str, Any], tools: bool) -> None:
+    """model.chat_template over the tokenizer's; with tools and no override, model.tool_chat_template."""
+    path = model_cfg["path"]
+    key = next((k for k in ("chat_template", "tool_chat_template")[: 1 + tools] if model_cfg.get(k)), None)
+    if key is not None:
+        from grpo_common.templates import load_chat_template
+
+        tokenizer.chat_template = load_chat_template(model_cfg[key], f"model.{key}")
+    if tokenizer.chat_template is None:
+        raise ConfigError(f"model '{path}' has no chat template: set model.chat_template")
+    if tools:
+        check_tool_calling(tokenizer, path, f"model.{key}" if key else "its own chat template")
+
+
+def check_tool_calling(tokenizer, path: str, source: str) -> None:
+    """The template renders a tool-calling conversation, and TRL can parse the calls the model writes in it
+    (the response schema TRL knows for its own templates, set here so the fixed eval parses them too)."""
+    from trl.chat_template_utils import add_response_schema, supports_tool_calling
+
+    fix = (
+        "set model.chat_template to one that can, e.g. trl:qwen2_5 (TRL's ChatML template with tool calls, "
+        "for ChatML models such as SmolLM2), or tools=none"
+    )
+    if not supports_tool_calling(tokenizer):
+        raise ConfigError(f"tools: model '{path}' cannot call tools with {source}; {fix}")
+    has = (getattr(tokenizer, a, None) is not None for a in ("response_template", "response_schema"))
+    if not any(has):
+        try:
+            add_response_schema(tokenizer)
+        except ValueError:
+            raise ConfigError(
+                f"tools: TRL cannot parse the tool calls model '{path}' writes with {source} (it knows "
+                f"the response format of its own templates only); {fix}"
+            ) from None

@@ -3,7 +3,8 @@
     get_datasets (tasks, the eval sets, the train set; the curriculum's when it is on: first, as open-r1 does,
     so that an eval space too small is refused before the model loads)
     -> get_model (model, tokenizer, LoRA, the response prefix its chat template pre-fills)
-    -> get_rewards (TRL reward functions and their weights) -> get_training_args (GRPOConfig)
+    -> get_rewards (TRL reward functions and their weights) -> get_tools (the functions the model may call)
+    -> get_training_args (GRPOConfig)
 
 run.py then builds the trainer and its callbacks from this (trainer.py) and trains.
 """
@@ -41,6 +42,7 @@ class Setup:
     resumed: bool
     curriculum: Any = None  # grpo_recipes.train.curriculum.Curriculum when dataset.curriculum is on
     reward_faults: Any = None  # rewards.guard.RewardFaults: the rewards' failed calls
+    tools: tuple = ()  # the tool functions (tools/): TRL's tools=, and the fixed eval's
 
 
 def assemble(cfg: dict[str, Any], plan: RunPlan) -> Setup:
@@ -50,7 +52,7 @@ def assemble(cfg: dict[str, Any], plan: RunPlan) -> Setup:
 
     hw = detect_hardware()
     check_engine(hw.gpu)
-    try:  # before any code runs: the tasks' verifiers, code rewards
+    try:  # before any code runs: the tasks' verifiers, code rewards, the python tool
         sandbox.configure(**cfg["sandbox"])
     except (TypeError, ValueError) as err:
         raise ConfigError(str(err)) from None
@@ -59,6 +61,7 @@ def assemble(cfg: dict[str, Any], plan: RunPlan) -> Setup:
         log.info("code tasks run in the sandbox: %s", sandbox.get_executor().layers())
     model, tokenizer, peft_config, prefix = get_model(cfg, hw)
     reward_funcs, weights, faults = get_rewards(cfg, taskset, prefix, curriculum)
+    tools = get_tools(cfg)
     args = get_training_args(cfg, hw, weights, model, lora=peft_config is not None)
     checkpoint = None
     if plan.action == "resume":  # from the newest whole checkpoint; None: from the start
@@ -80,6 +83,7 @@ def assemble(cfg: dict[str, Any], plan: RunPlan) -> Setup:
         resumed=plan.action == "resume",
         curriculum=curriculum,
         reward_faults=faults,
+        tools=tools,
     )
 
 
@@ -88,7 +92,8 @@ def get_model(cfg: dict[str, Any], hw: Hardware):
     from grpo_common.templates import response_prefix
     from grpo_recipes.models.loading import load_model_and_tokenizer, lora_config
 
-    model, tokenizer = load_model_and_tokenizer(cfg["model"], on_gpu=hw.gpu, seed=cfg["seed"])
+    tools = bool(cfg["tools"]["names"])  # its chat template must then be able to call them
+    model, tokenizer = load_model_and_tokenizer(cfg["model"], on_gpu=hw.gpu, seed=cfg["seed"], tools=tools)
     peft_config = lora_config(cfg["model"]["lora"], model.config.model_type)
     prefix = response_prefix(cfg["model"]["response_prefix"], tokenizer)
     if prefix:
@@ -123,6 +128,17 @@ def get_rewards(cfg: dict[str, Any], taskset, prefix: str, curriculum):
         faults=RewardFaults(Path(cfg["output_dir"]) / "reward_errors.jsonl", cfg["grpo"]["reward_timeout"]),
     )
     return (*build_rewards(cfg["dataset"]["rewards"], ctx), ctx.faults)
+
+
+def get_tools(cfg: dict[str, Any]) -> tuple:
+    """The functions the model may call mid-answer (`tools.names`); none: ()."""
+    from tools import build_tools
+
+    names = cfg["tools"]["names"]
+    if names:
+        cap = cfg["grpo"].get("max_tool_calling_iterations") or "unlimited (up to the length limit)"
+        log.info("tools: %s; tool-calling turns per rollout: %s", ", ".join(names), cap)
+    return tuple(build_tools(names, cfg["tools"]["max_output_chars"]))
 
 
 def get_training_args(cfg: dict[str, Any], hw: Hardware, weights: list[float], model, lora: bool):

@@ -99,11 +99,12 @@ def _has_trl_head(forward) -> bool:
     return trl(inspect.unwrap(getattr(forward, "__func__", forward), stop=trl))
 
 
-def apply(trainer, mode: bool | str = "auto") -> str:
-    """Install the fast paths per `grpo.fast_paths`; returns what was installed, or why none. `true` refuses
-    what `auto` falls back from (an untested TRL, no fused head to stand in for)."""
+def apply(trainer, mode: bool | str | None = None) -> str:
+    """Install the fast paths per `grpo.fast_paths` (the trainer's args, unless `mode` is given); returns what
+    was installed, or why none. `true` refuses what `auto` falls back from (untested TRL, no fused head)."""
     import trl
 
+    mode = getattr(trainer.args, "fast_paths", "auto") if mode is None else mode
     if mode is False:
         return "off (grpo.fast_paths=false)"
     if trl.__version__ not in TESTED_TRL:

@@ -29,6 +29,8 @@ def make_evaluator(cfg: dict[str, Any], s: Setup):
         response_prefix=s.response_prefix,
         rewards=list(zip(s.reward_funcs, s.args.reward_weights or [1.0] * len(s.reward_funcs))),
         holdout=holdout_by_task(cfg["dataset"]),
+        tools=s.tools,  # the same tools, turn cap and chat template as training's rollouts
+        max_tool_iterations=s.args.max_tool_calling_iterations,
     )
 
 
@@ -96,6 +98,7 @@ def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
             processing_class=s.tokenizer,
             peft_config=s.peft_config,
             callbacks=[MetricsFileCallback(run_dir / "metrics.jsonl")],
+            tools=list(s.tools) or None,
         )
     except ValueError as err:  # a setting TRL or transformers refuse only when the trainer is built
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
@@ -136,4 +139,4 @@ def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
         from grpo_recipes.models.weights import CompleteShardedCheckpoints
 
         trainer.add_callback(CompleteShardedCheckpoints())
-    return Training(trainer, evaluation, stop, fast_paths.apply(trainer, s.args.fast_paths))
+    return Training(trainer, evaluation, stop, fast_paths.apply(trainer))

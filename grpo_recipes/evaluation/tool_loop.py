@@ -1,0 +1,140 @@
+"""The fixed eval's tool loop: TRL's multi-turn rollout (GRPOTrainer._tool_call_loop, private and bound to the
+trainer's sampling and state, so not callable here), rebuilt on TRL's public pieces: the prompt rendered with
+the tools and the chat template training renders with, each turn parsed by `parse_response`, tool results
+appended as token ids (no re-tokenisation), a result that would pass the completion's length limit rolled
+back, and at most `max_iterations` tool-calling turns. Batched: each turn is one generate call for every
+rollout still calling tools."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def training_chat_template(tokenizer) -> str | None:
+    """The template TRL's tool loop renders with: the tokenizer's own (None) when it preserves prefixes, else
+    TRL's prefix-preserving training variant of it (as GRPOTrainer picks at init)."""
+    from trl.chat_template_utils import get_training_chat_template, is_chat_template_prefix_preserving
+
+    return None if is_chat_template_prefix_preserving(tokenizer) else get_training_chat_template(tokenizer)
+
+
+@dataclass
+class Rollout:
+    """One problem's multi-turn completion."""
+
+    prompt_ids: list[int]
+    ids: list[int] = field(default_factory=list)  # every token after the prompt: model turns and tool results
+    mask: list[int] = field(
+        default_factory=list
+    )  # 1: written by the model, 0: a tool result (TRL's tool_mask)
+    turns: list[dict[str, Any]] = field(
+        default_factory=list
+    )  # assistant and tool messages, as TRL's completions
+
+
+def call_tool(tools: dict[str, Callable], tool_call: dict[str, Any]) -> tuple[str, str]:
+    """(name, reply) of one call, as TRL makes them: a raising or unknown tool gets str({"error": ...})."""
+    if tool_call.get("type") != "function":
+        return tool_call.get("name", "unknown"), str(
+            {"error": f"Unsupported tool call type: {tool_call.get('type')}"}
+        )
+    function = tool_call["function"]
+    name = function["name"]
+    try:
+        if name not in tools:
+            raise ValueError(f"Tool {name} not found.")
+        result = tools[name](**function["arguments"])
+    except Exception as err:  # noqa: BLE001 - as TRL: the model reads the error
+        result = {"error": str(err)}
+    return name, result if isinstance(result, list) else str(result)
+
+
+class ToolLoop:
+    def __init__(self, tokenizer, tools: Sequence[Callable], max_iterations: int | None, max_new_tokens: int):
+        self.tokenizer, self.tools = tokenizer, list(tools)
+        self.by_name = {t.__name__: t for t in self.tools}
+        self.max_iterations = sys.maxsize if max_iterations is None else max_iterations  # TRL's None
+        self.max_new_tokens = max_new_tokens  # the whole completion's, tool results included (as TRL's)
+        self.chat_template = training_chat_template(tokenizer)
+
+    def render(self, messages: list[dict[str, Any]]) -> list[int]:
+        """The prompt's ids, with the tools' schemas, as TRL renders a training prompt."""
+        return list(
+            self.tokenizer.apply_chat_template(
+                messages,
+                tools=self.tools,
+                chat_template=self.chat_template,
+                add_generation_prompt=True,
+                tokenize=True,
+                return_dict=False,
+            )
+        )
+
+    def suffix_ids(self, tool_messages: list[dict[str, Any]]) -> list[int]:
+        """The ids that follow an assistant turn to show its tool results and open the next assistant turn
+        (TRL's _get_tool_suffix_ids: the difference of two renderings, aligned on the end-of-turn token)."""
+        calls = [{"type": "function", "function": {"name": tool_messages[0]["name"], "arguments": {}}}]
+        dummy = [
+            {"role": "user", "content": "dummy"},
+            {"role": "assistant", "content": "", "tool_calls": calls},
+        ]
+        kw = {"tokenize": True, "chat_template": self.chat_template, "return_dict": False}
+        prefix = list(self.tokenizer.apply_chat_template(dummy, add_generation_prompt=False, **kw))
+        full = list(
+            self.tokenizer.apply_chat_template(dummy + tool_messages, add_generation_prompt=True, **kw)
+        )
+        eos = [i for i, t in enumerate(prefix) if t == self.tokenizer.eos_token_id]
+        prefix = prefix[: eos[-1] + 1] if eos else prefix
+        if full[: len(prefix)] != prefix:
+            raise ValueError("the chat template does not preserve prefixes: tool results cannot be appended")
+        return full[len(prefix) :]
+
+    def parse(self, ids: list[int], prefix: list[int]) -> dict[str, Any]:
+        from trl.chat_template_utils import parse_response
+
+        return parse_response(self.tokenizer, ids, prefix=prefix, tools=self.tools) if ids else {}
+
+    def run(self, generate: Callable, prompt_ids: list[list[int]], eos_ids: set[int]) -> list[Rollout]:
+        """`generate(list of id lists, max_new_tokens)` -> one id list per prompt (the model's turn)."""
+
+        def until_eos(ids: list[int]) -> list[int]:
+            end = next((j + 1 for j, t in enumerate(ids) if t in eos_ids), None)
+            return list(ids[:end])
+
+        rollouts = [Rollout(list(p)) for p in prompt_ids]
+        for r, ids in zip(rollouts, generate(prompt_ids, self.max_new_tokens)):
+            r.ids = until_eos(ids)
+            r.mask = [1] * len(r.ids)
+            r.turns = [self.parse(r.ids, r.prompt_ids)] if r.ids else [{"role": "assistant", "content": ""}]
+        active = [r for r in rollouts if r.turns[-1].get("tool_calls")]
+        iteration = 0
+        while active and iteration < self.max_iterations:
+            extended = []  # (rollout, prompt + completion + tool results)
+            for r in active:
+                results = [call_tool(self.by_name, c) for c in r.turns[-1]["tool_calls"]]
+                messages = [{"role": "tool", "name": name, "content": content} for name, content in results]
+                full = r.prompt_ids + r.ids + self.suffix_ids(messages)
+                if len(full) - len(r.prompt_ids) > self.max_new_tokens:
+                    continue  # the results would not fit: the rollout ends as it is (TRL rolls them back)
+                r.turns += messages
+                extended.append((r, full))
+            if not extended:
+                break
+            budget = max(self.max_new_tokens - (len(full) - len(r.prompt_ids)) for r, full in extended)
+            outputs = generate([full for _, full in extended], max(budget, 1))
+            active = []
+            for (r, full), ids in zip(extended, outputs):
+                room = self.max_new_tokens - (len(full) - len(r.prompt_ids))
+                ids = until_eos(ids)[: max(room, 0)]
+                r.mask += [0] * (len(full) - len(r.prompt_ids) - len(r.ids)) + [1] * len(ids)
+                r.ids = full[len(r.prompt_ids) :] + ids
+                turn = self.parse(ids, full)
+                if turn:
+                    r.turns.append(turn)
+                    if turn.get("tool_calls"):
+                        active.append(r)
+            iteration += 1
+        return rollouts

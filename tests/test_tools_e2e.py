@@ -1,0 +1,62 @@
+"""train_grpo.py with tools=, as a user runs it: training's rollouts go through TRL's tool loop and the fixed
+eval through the same loop, each turn recorded; a model whose template cannot call tools is refused in one
+line before anything is written. The tiny random model never calls a tool by itself: the scripted run makes
+its generate write a python call, then the answer it read (tests/scripted/sitecustomize.py)."""
+
+import json
+
+import pytest
+
+from tests.conftest import ROOT, read_jsonl, run_train
+
+pytestmark = pytest.mark.slow
+TINY = ["model=tiny_random", "eval.size=4", "dataset.train_size=16", "max_steps=2"]
+
+
+def test_a_python_tool_run_goes_through_the_tool_loop_in_training_and_eval(tmp_path):
+    proc = run_train(
+        *TINY,
+        "tools=python",
+        "grpo.max_completion_length=160",
+        f"output_root={tmp_path}",
+        "run_name=tools",
+        env={"SCRIPTED_TOOL_CALLS": "1", "PYTHONPATH": f"{ROOT / 'tests/scripted'}:{ROOT}"},
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_dir = tmp_path / "tools"
+    train = [m for m in read_jsonl(run_dir / "metrics.jsonl") if "train/tools/call_frequency" in m]
+    assert len(train) == 2 and all(m["train/tools/call_frequency"] == 1.0 for m in train)  # TRL's loop ran
+    for step in (0, 2):
+        result = json.loads((run_dir / f"eval_results/eval_step_{step}.json").read_text())
+        metrics = result["metrics"]
+        assert metrics["tools/calls_per_problem"] == 1.0 and metrics["tools/used"] == 1.0
+        assert metrics["tools/accuracy_with_tool"] == metrics["accuracy"] == 1.0
+        example = result["examples"][0]
+        assert [t["role"] for t in example["turns"]] == ["assistant", "tool", "assistant"]
+        assert example["turns"][0]["tool_calls"][0]["function"]["name"] == "python"
+        assert example["turns"][1]["content"] == example["answer"]  # what the sandbox printed
+        assert example["completion"] == f"[ANSWER] {example['answer']}"
+        assert example["tool_calls"] == 1 and example["tool_errors"] == 0
+    assert "tools: python; tool-calling turns per rollout: 2" in proc.stdout + proc.stderr
+    assert (run_dir / "final/model.safetensors").is_file()
+
+
+def test_a_model_that_cannot_call_tools_is_refused_in_one_line(tmp_path):
+    proc = run_train(*TINY, "tools=python", "model.tool_chat_template=null", f"output_root={tmp_path}")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines() == [
+        (
+            "error: tools: model 'tiny-random' cannot call tools with its own chat template; set "
+            "model.chat_template to one that can, e.g. trl:qwen2_5 (TRL's ChatML template with tool calls, "
+            "for ChatML models such as SmolLM2), or tools=none"
+        )
+    ]
+    assert list(tmp_path.iterdir()) == []  # nothing created
+
+
+def test_the_calculator_composes_with_a_random_model_that_never_calls_it(tmp_path):
+    proc = run_train(*TINY, "tools=calculator", "max_steps=1", f"output_root={tmp_path}", "run_name=calc")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads((tmp_path / "calc/eval_results/eval_step_1.json").read_text())
+    assert result["metrics"]["tools/used"] == 0.0 and "tools/accuracy_without_tool" in result["metrics"]
+    assert all(len(e["turns"]) == 1 for e in result["examples"])

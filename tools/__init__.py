@@ -1,0 +1,32 @@
+"""Tools a model may call mid-answer, TRL's way (`GRPOTrainer(tools=[...])`): each a typed function with a
+Google-style docstring, from which transformers builds the JSON schema the chat template shows the model.
+A tool never raises: a failure comes back to the model as a string starting with `error: ` (ERROR_PREFIX),
+which is also how the fixed eval and the samples count tool errors (usage.py). Import-light: the knob
+declarations read TOOL_NAMES."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+ERROR_PREFIX = "error: "
+TOOL_NAMES = ("python", "calculator")  # `tools.names` accepts these (grpo_recipes/config/knobs.py)
+
+
+def build_tools(names: Sequence[str], max_output_chars: int) -> list[Callable]:
+    """The tool functions for `tools.names`, each reply cut to `max_output_chars`."""
+    from tools.calculator import make_calculator
+    from tools.python import make_python
+
+    makers = {"python": make_python, "calculator": make_calculator}
+    unknown = [n for n in names if n not in makers]
+    if unknown:
+        raise ValueError(f"tools.names: unknown tool '{unknown[0]}'; accepted: {', '.join(TOOL_NAMES)}")
+    return [makers[name](max_output_chars) for name in dict.fromkeys(names)]
+
+
+def cut(text: str, limit: int) -> str:
+    """`text` within `limit` characters, saying so when it was cut."""
+    if len(text) <= limit:
+        return text
+    note = f"... [cut: {len(text)} characters]"
+    return text[: max(limit - len(note), 0)] + note
