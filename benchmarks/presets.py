@@ -147,7 +147,7 @@ def table(rows: list[dict]) -> str:
             move(r["transfer"]),
             pct(r["chance"]),
             move(r["cut_off"]),
-            f"{pct(base)} at {budget} tokens" if budget else "",
+            f"{pct(base)} at {budget} tokens" if budget and base is not None else "",
             f"{r['minutes']:.1f}",
             "" if r["s_per_step"] is None else f"{r['s_per_step']:.1f}",
             f"{r['peak_rss_gib']:.1f} GiB",

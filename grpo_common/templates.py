@@ -72,6 +72,9 @@ def with_prefix(completion, prefix: str):
     if isinstance(completion, str):
         return prefix + completion
     if isinstance(completion, list) and completion and isinstance(completion[-1], dict):
-        last = {**completion[-1], "content": prefix + str(completion[-1].get("content") or "")}
-        return [*completion[:-1], last]
+        # the last assistant turn (a tool rollout can end on a tool result, which keeps its own text)
+        roles = [m.get("role", "assistant") if isinstance(m, dict) else None for m in completion]
+        i = max((j for j, role in enumerate(roles) if role == "assistant"), default=len(completion) - 1)
+        last = {**completion[i], "content": prefix + str(completion[i].get("content") or "")}
+        return [*completion[:i], last, *completion[i + 1 :]]
     return completion

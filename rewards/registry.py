@@ -88,6 +88,8 @@ REWARDS: dict[str, tuple[str, dict[str, tuple | None]]] = {
         dict.fromkeys(["base_weight", "perfect_bonus", "max_tests", "timeout"]),
     ),
     "repetition": ("shaping:repetition", {"ngram_size": None, "max_penalty": None}),
+    "tool_format": ("tool_use:tool_format", {}),
+    "tool_errors": ("tool_use:tool_errors", {}),
 }
 
 

@@ -50,7 +50,7 @@ def test_every_declared_grpo_knob_is_a_field_of_the_installed_trl_or_the_recipes
     import dataclasses
 
     from grpo_recipes.config.cli import grpo_field_names
-    from grpo_recipes.config.knobs import RecipeGRPOFields
+    from grpo_recipes.config.grpo_knobs import RecipeGRPOFields
 
     keys = {k.split(".", 1)[1] for k in SCHEMA if k.startswith("grpo.")}
     assert keys - {f.name for f in dataclasses.fields(RecipeGRPOFields)} <= grpo_field_names()

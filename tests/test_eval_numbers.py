@@ -10,7 +10,7 @@ import pytest
 
 from grpo_recipes.evaluation.chance import chance_metrics, chance_table
 from grpo_recipes.evaluation.console import alarm_message, check_hacking, train_rewards
-from grpo_recipes.evaluation.evaluator import summarize
+from grpo_recipes.evaluation.metrics import summarize
 from tasks import TaskSet
 from tests.conftest import read_jsonl, run_train
 from tests.test_evaluation import eval_rows, evaluator, example

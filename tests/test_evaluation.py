@@ -5,7 +5,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from grpo_recipes.evaluation.evaluator import FixedEvaluator, rank_shard, summarize
+from grpo_recipes.evaluation.evaluator import FixedEvaluator, rank_shard
+from grpo_recipes.evaluation.metrics import summarize
 from tests.conftest import declared, read_jsonl
 
 CONFIG = Path(__file__).resolve().parents[1] / "config"
@@ -224,7 +225,7 @@ def brute_pass_at_k(n, c, k):
     "n,c,k", [(4, 1, 1), (4, 1, 4), (4, 0, 2), (5, 2, 2), (8, 3, 4), (8, 8, 1), (6, 1, 3)]
 )
 def test_pass_at_k_is_the_unbiased_estimator(n, c, k):
-    from grpo_recipes.evaluation.evaluator import pass_at_k
+    from grpo_recipes.evaluation.metrics import pass_at_k
 
     assert pass_at_k(n, c, k) == pytest.approx(brute_pass_at_k(n, c, k))
 

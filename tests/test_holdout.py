@@ -147,7 +147,7 @@ def test_a_space_too_small_is_refused_with_the_number_available():
         (
             ("experiment=code", "dataset.holdout=template"),
             (
-                "eval.size=24: task 'python_functions' has only 8 distinct templates in its configured range "
+                "eval.size=48: task 'python_functions' has only 8 distinct templates in its configured range "
                 "(4096 drawn); lower eval.size to at most 8 or widen dataset.tasks.python_functions.config, "
                 "or hold out less: dataset.holdout=function"
             ),

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from grpo_common.formats import FORMATS, Extraction, PromptFormat, as_text, reader, rule_names
-from grpo_recipes.evaluation.evaluator import summarize
+from grpo_recipes.evaluation.metrics import summarize
 from grpo_recipes.outputs.report import write_report
 from grpo_recipes.train.data import build_datasets, system_prompt, to_row
 from rewards import RewardContext, build_rewards

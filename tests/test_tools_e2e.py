@@ -60,3 +60,55 @@ def test_the_calculator_composes_with_a_random_model_that_never_calls_it(tmp_pat
     result = json.loads((tmp_path / "calc/eval_results/eval_step_1.json").read_text())
     assert result["metrics"]["tools/used"] == 0.0 and "tools/accuracy_without_tool" in result["metrics"]
     assert all(len(e["turns"]) == 1 for e in result["examples"])
+
+
+def test_a_python_session_run_goes_through_trl_environment_factory_in_training_and_eval(tmp_path):
+    proc = run_train(
+        *TINY,
+        "env=python_session",
+        "max_steps=1",
+        "log_samples_every=1",
+        "+dataset.rewards.tool_format.weight=0.1",
+        "+dataset.rewards.tool_errors.weight=0.1",
+        "grpo.max_completion_length=160",
+        f"output_root={tmp_path}",
+        "run_name=session",
+        env={"SCRIPTED_TOOL_CALLS": "1", "PYTHONPATH": f"{ROOT / 'tests/scripted'}:{ROOT}"},
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_dir = tmp_path / "session"
+    train = [m for m in read_jsonl(run_dir / "metrics.jsonl") if "train/tools/call_frequency" in m]
+    assert train and train[0]["train/tools/call_frequency"] == 1.0  # TRL's loop ran the session's tool
+    assert (
+        train[0]["train/rewards/tool_format/mean"] == 1.0 and train[0]["train/rewards/tool_errors/mean"] == 0
+    )
+    result = json.loads((run_dir / "eval_results/eval_step_1.json").read_text())
+    assert result["metrics"]["tools/used"] == 1.0 and result["metrics"]["accuracy"] == 1.0
+    example = result["examples"][0]
+    assert [t["role"] for t in example["turns"]] == ["assistant", "tool", "assistant"]
+    sample = read_jsonl(run_dir / "samples.jsonl")[0]
+    assert [t["role"] for t in sample["turns"]] == ["assistant", "tool", "assistant"]
+    assert sample["tool_calls"] == 1 and sample["rewards"]["tool_format"] == 1.0
+    report = (run_dir / "report.md").read_text()
+    assert "## Tool use" in report and "-> calls `python(code=" in report
+    assert "environment: python_session; tool-calling turns per rollout: 3" in proc.stdout + proc.stderr
+
+
+def test_an_environment_with_a_model_that_cannot_call_tools_is_refused_in_one_line(tmp_path):
+    proc = run_train(*TINY, "env=feedback", "model.tool_chat_template=null", f"output_root={tmp_path}")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines() == [
+        (
+            "error: env: model 'tiny-random' cannot call tools with its own chat template; set "
+            "model.chat_template to one that can, e.g. trl:qwen2_5 (TRL's ChatML template with tool calls, "
+            "for ChatML models such as SmolLM2), or env=none"
+        )
+    ]
+    assert list(tmp_path.iterdir()) == []  # nothing created
+
+
+def test_an_environment_and_a_tool_of_the_same_name_are_refused_in_one_line(tmp_path):
+    proc = run_train(*TINY, "env=python_session", "tools=python", f"output_root={tmp_path}")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert len(proc.stderr.strip().splitlines()) == 1 and "keep one (tools=none, or env=none)" in proc.stderr
+    assert list(tmp_path.iterdir()) == []

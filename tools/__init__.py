@@ -1,15 +1,20 @@
 """Tools a model may call mid-answer, TRL's way (`GRPOTrainer(tools=[...])`): each a typed function with a
 Google-style docstring, from which transformers builds the JSON schema the chat template shows the model.
 A tool never raises: a failure comes back to the model as a string starting with `error: ` (ERROR_PREFIX),
-which is also how the fixed eval and the samples count tool errors (usage.py). Import-light: the knob
-declarations read TOOL_NAMES."""
+which is also how the fixed eval, the samples and the tool rewards count tool errors
+(grpo_common/tool_use.py). Environments (TRL's `environment_factory`: a stateful object per rollout whose
+methods are tools) are in environments.py. Import-light: the knob declarations read TOOL_NAMES and
+ENV_TOOLS."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-ERROR_PREFIX = "error: "
+from grpo_common.tool_use import ERROR_PREFIX  # noqa: F401 - the tools' failure mark
+
 TOOL_NAMES = ("python", "calculator")  # `tools.names` accepts these (grpo_recipes/config/knobs.py)
+# `env.name` accepts these (tools/environments.py), with the tools each one's methods give the model
+ENV_TOOLS = {"python_session": ("python",), "feedback": ("submit",)}
 
 
 def build_tools(names: Sequence[str], max_output_chars: int) -> list[Callable]:

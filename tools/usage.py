@@ -1,35 +1,14 @@
-"""How a rollout used its tools, read from its messages alone, so that training's rollouts (TRL's
-completions: assistant turns, each tool result as a `tool` message) and the fixed eval's are counted by one
-rule. A call counts when its result reached the model (a `tool` message): calls cut by the iteration cap or
-by the completion's length limit never ran, or were rolled back, as TRL rolls them back."""
+"""The fixed eval's tool metrics, over records counted by the one rule training and the tool rewards use
+(grpo_common/tool_use.py, re-exported here)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
-from tools import ERROR_PREFIX
+from grpo_common.tool_use import ToolUse, is_tool_error, tool_use
 
-# TRL's own reply when a tool raised or was not found: str({"error": ...})
-_TRL_ERROR = ("{'error': ", '{"error": ')
-
-
-class ToolUse(NamedTuple):
-    calls: int  # tool results the model read
-    errors: int  # of them, failures
-
-
-def is_tool_error(content: Any) -> bool:
-    text = content if isinstance(content, str) else str(content)
-    return text.startswith(ERROR_PREFIX) or text.startswith(_TRL_ERROR)
-
-
-def tool_use(messages: Sequence[dict[str, Any]] | str | None) -> ToolUse:
-    """The tool calls and tool errors of one rollout (a plain-text completion has none)."""
-    if not isinstance(messages, (list, tuple)):
-        return ToolUse(0, 0)
-    results = [m.get("content") for m in messages if isinstance(m, dict) and m.get("role") == "tool"]
-    return ToolUse(len(results), sum(is_tool_error(c) for c in results))
+__all__ = ["ToolUse", "is_tool_error", "tool_use", "usage_metrics"]
 
 
 def usage_metrics(rows: Sequence[dict[str, Any]]) -> dict[str, float]:

@@ -75,6 +75,7 @@ def check_config(cfg: Mapping[str, Any], world_size: int | None = None) -> list[
     trainer_args.check_trainer_config.)"""
     check_values(cfg, world_size)
     from grpo_common.templates import TRL_PREFIX, load_chat_template
+    from grpo_recipes.config.tool_checks import check_tools
     from grpo_recipes.models.loading import check_model_path
     from grpo_recipes.train.data import few_shot, system_prompt
     from rewards import RewardContext, build_rewards
@@ -94,6 +95,7 @@ def check_config(cfg: Mapping[str, Any], world_size: int | None = None) -> list[
     ctx = RewardContext(lambda answer, entry: 0.0, dataset["prompt_format"], max_length)  # never scores here
     _, weights = build_rewards(dataset["rewards"], ctx)  # the factories check their options
     check_curriculum(cfg)
+    check_tools(cfg)
     try:
         check_settings(**cfg["sandbox"])
     except (TypeError, ValueError) as err:

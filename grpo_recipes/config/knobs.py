@@ -8,19 +8,18 @@ grpo_recipes.config`).
 
 The defaults go to Hydra as plain values rather than typed dataclass nodes: OmegaConf's typed nodes
 coerce (`yes` to true, `1` to "1"), and the contract here is exact types, checked by `checks.py`.
-The `grpo` group is open: any GRPOConfig field of the installed TRL may be set; those declared here
-get the recipe's default or a range TRL leaves unchecked. `RecipeGRPOFields` are the recipe's own
-(TRL does not know them): trainer_args.py extends TRL's GRPOConfig with them.
+The `grpo` group is open: any GRPOConfig field of the installed TRL may be set; its declarations
+(grpo_knobs.py) give the recipe's defaults, the ranges TRL leaves unchecked, and the recipe's own fields.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
 from dataclasses import dataclass, field
 from typing import Any
 
+from grpo_recipes.config.grpo_knobs import GRPO
 from grpo_recipes.config.values import (
     BOOL,
     COUNT,
@@ -28,24 +27,16 @@ from grpo_recipes.config.values import (
     PROB,
     STEPS,
     STR,
+    TRL_DEFAULT,
     Choice,
     Float,
     Int,
     Value,
+    knob,
 )
-from tools import TOOL_NAMES
+from tools import ENV_TOOLS, TOOL_NAMES
 
-OPT_BOOL = Value("bool", optional=True)
-TRL_DEFAULT = object()  # a GRPOConfig field the recipe only range-checks: TRL's default, not in the config
 DTYPE_NAMES = ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
-
-
-def knob(default: Any, accepts: Value, doc: str, *, resume: bool = False) -> Any:
-    """One knob: `resume=True` when a resume may change it (it does not change what the run learns)."""
-    meta = {"accepts": accepts, "doc": doc, "resume": resume}
-    if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
-    return field(default=default, metadata=meta)
 
 
 @dataclass
@@ -132,7 +123,9 @@ class Dataset:
     name: str = knob("???", STR, "the dataset's short name (in run_name)")
     prompt_format: str = knob("answer_tag", STR, "plain | answer_tag | think | code")
     system_prompt: Any = knob(None, OPT_STR, "null: the prompt format's default system prompt")
-    few_shot: Any = knob([], Value("list", optional=True), "worked examples: [{question, completion}]")
+    few_shot: Any = knob(
+        [], Value("list", optional=True), "worked examples: [{question, completion}], each may add tool_calls"
+    )
     train_size: int = knob(2000, COUNT, "training problems")
     seed: int = knob(1, Int(0), "the training problems' seed")
     tasks: dict = knob({}, Value("dict"), "task -> {weight, config}")
@@ -167,70 +160,19 @@ class Tools:
     names: list = knob(
         [], Value("list", item=Choice(*TOOL_NAMES)), "tools the model may call mid-answer (TRL's tools=)"
     )
-    max_output_chars: int = knob(400, COUNT, "a tool's reply is cut to this many characters")
+    max_output_chars: int = knob(
+        400, COUNT, "a tool's reply (an env= method's too) is cut to this many characters"
+    )
 
 
 @dataclass
-class RecipeGRPOFields:
-    """The recipe's own GRPO knobs: TRL's GRPOConfig extended with them (trainer_args.py)."""
-
-    fast_paths: Any = knob("auto", Choice("auto", True, False), "the CPU speed-ups (README)", resume=True)
-    no_signal_warning: int = knob(
-        3, STEPS, "warn after N steps without reward variance (0: off)", resume=True
+class Env:
+    name: Any = knob(
+        None,
+        Choice(*ENV_TOOLS, optional=True),
+        "a stateful environment per rollout (TRL's environment_factory); null: none",
     )
-    dynamic_sampling: bool = knob(False, BOOL, "DAPO's dynamic sampling: train only on groups that differ")
-    dynamic_sampling_max_draws: int = knob(4, COUNT, "at most this many generation batches per step")
-    reward_timeout: float = knob(600.0, Float(0), "seconds a reward call may take (0: no limit)", resume=True)
-    reward_errors_stop_at: float = knob(
-        0.5, PROB, "stop when this share of a reward's calls failed over the window", resume=True
-    )
-    reward_errors_window: int = knob(10, COUNT, "steps of that window", resume=True)
-
-
-@dataclass
-class GRPO(RecipeGRPOFields):
-    """GRPOConfig fields: the recipe's defaults (a small model on a CPU) and ranges TRL leaves unchecked."""
-
-    num_generations: int = knob(8, Int(2), "completions per prompt (the group)")
-    per_device_train_batch_size: int = knob(16, COUNT, "completions, not prompts: 16 = 2 prompts x 8")
-    gradient_accumulation_steps: int = knob(1, COUNT, "micro-batches per update")
-    max_completion_length: int = knob(32, COUNT, "tokens per completion")
-    temperature: float = knob(1.0, Float(above=0), "sampling temperature")
-    beta: float = knob(0.0, Float(0), "KL coefficient (0: no reference model)")
-    loss_type: str = knob("dapo", STR, "grpo | dr_grpo | dapo | bnpo | cispo | sapo | ... (TRL's)")
-    scale_rewards: Any = knob("group", Choice("group", "batch", "none", True, False), "advantage scaling")
-    lr_scheduler_type: str = knob("constant_with_warmup", STR, "transformers' scheduler")
-    warmup_steps: float = knob(2, Float(0), "warm-up steps")
-    activation_checkpointing: Any = knob(None, OPT_BOOL, "null: on only where memory needs it", resume=True)
-    bf16: Any = knob(None, OPT_BOOL, "null: bf16 where the hardware computes it")
-    logging_steps: float = knob(1, Float(above=0), "log every N steps", resume=True)
-    save_strategy: str = knob("steps", STR, "when to save checkpoints", resume=True)
-    save_steps: float = knob(20, Float(above=0), "a checkpoint every N steps", resume=True)
-    save_total_limit: Any = knob(2, Int(1, optional=True), "checkpoints kept", resume=True)
-    # TRL's defaults, range-checked here
-    steps_per_generation: Any = knob(TRL_DEFAULT, Int(1, optional=True), "micro-batches per generation")
-    generation_batch_size: Any = knob(TRL_DEFAULT, Int(1, optional=True), "completions per generation")
-    num_iterations: int = knob(TRL_DEFAULT, COUNT, "updates per generation batch")
-    top_p: float = knob(TRL_DEFAULT, Float(above=0, high=1), "nucleus sampling")
-    top_k: int = knob(TRL_DEFAULT, STEPS, "top-k sampling (0: off)")
-    min_p: Any = knob(TRL_DEFAULT, Float(0, high=1, optional=True), "min-p sampling")
-    repetition_penalty: float = knob(TRL_DEFAULT, Float(above=0), "repetition penalty")
-    epsilon: float = knob(TRL_DEFAULT, Float(0), "clip range")
-    epsilon_high: Any = knob(TRL_DEFAULT, Float(0, optional=True), "upper clip range (DAPO)")
-    delta: Any = knob(TRL_DEFAULT, Float(above=0, optional=True), "two-sided clip")
-    max_grad_norm: float = knob(TRL_DEFAULT, Float(0), "gradient clipping")
-    weight_decay: float = knob(TRL_DEFAULT, Float(0), "AdamW's weight decay")
-    gradient_checkpointing: Any = knob(
-        TRL_DEFAULT, OPT_BOOL, "alias of activation_checkpointing", resume=True
-    )
-    fp16: bool = knob(TRL_DEFAULT, BOOL, "fp16 mixed precision")
-    importance_sampling_level: str = knob(TRL_DEFAULT, Choice("token", "sequence"), "token | sequence (GSPO)")
-    vllm_mode: str = knob(TRL_DEFAULT, Choice("server", "colocate"), "where vLLM runs")
-    mask_truncated_completions: bool = knob(TRL_DEFAULT, BOOL, "leave cut-off completions out of the loss")
-    vllm_gpu_memory_utilization: float = knob(TRL_DEFAULT, Float(above=0, high=1), "vLLM's GPU share")
-    max_tool_calling_iterations: Any = knob(
-        TRL_DEFAULT, Int(1, optional=True), "tool-calling turns per rollout (null: until the length limit)"
-    )
+    max_turns: int = knob(3, COUNT, "feedback: answers the model may submit per rollout")
 
 
 # Each group's declaration; "" is the top level. Every group but grpo is closed (an unknown key is a
@@ -242,6 +184,7 @@ GROUPS: dict[str, type] = {
     "dataset": Dataset,
     "sandbox": Sandbox,
     "tools": Tools,
+    "env": Env,
 }
 OPEN_GROUPS: dict[str, type] = {"grpo": GRPO}
 # GRPOConfig fields not declared above that a resume may change: where and how often it logs and saves.
@@ -301,8 +244,8 @@ def defaults(cls: type) -> dict[str, Any]:
 @functools.cache  # once per process: the command-line check composes every job of a sweep
 def register() -> None:
     """The declared defaults as Hydra configs: `_schema/top` and `_schema/model` (the model presets build
-    on it; not an option of its own), `dataset/base` and `tools/base` (the files of those groups build on
-    them), and `eval/default`,
+    on it; not an option of its own), `dataset/base`, `tools/base` and `env/base` (the files of those groups
+    build on them), and `eval/default`,
     `sandbox/default` and `grpo/default` (the options train.yaml picks)."""
     from hydra.core.config_store import ConfigStore
 
@@ -311,5 +254,6 @@ def register() -> None:
     store.store(group="_schema", name="model", node=defaults(Model))
     store.store(group="dataset", name="base", node=defaults(Dataset))  # your dataset files: [base@_here_]
     store.store(group="tools", name="base", node=defaults(Tools))  # the tools options build on it
+    store.store(group="env", name="base", node=defaults(Env))  # and the env options
     for group, cls in (("eval", Eval), ("sandbox", Sandbox), ("grpo", GRPO)):
         store.store(group=group, name="default", node=defaults(cls))

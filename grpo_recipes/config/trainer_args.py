@@ -14,7 +14,8 @@ from typing import Any
 
 from grpo_common.errors import ConfigError
 from grpo_recipes.config.checks import check_batch
-from grpo_recipes.config.knobs import SCHEMA, RecipeGRPOFields
+from grpo_recipes.config.grpo_knobs import RecipeGRPOFields
+from grpo_recipes.config.knobs import SCHEMA
 from grpo_recipes.config.values import show
 from grpo_recipes.models.hardware import Hardware, apply_hardware, detect_hardware
 

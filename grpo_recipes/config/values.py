@@ -4,9 +4,10 @@ bool, or of `abc` to a number."""
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 # kind -> (how it is described, whether a value is of it)
@@ -122,3 +123,15 @@ def lookup(cfg: Mapping[str, Any], dotted: str) -> tuple[bool, Any]:
             return False, None
         node = node[part]
     return True, node
+
+
+OPT_BOOL = Value("bool", optional=True)
+TRL_DEFAULT = object()  # a GRPOConfig field the recipe only range-checks: TRL's default, not in the config
+
+
+def knob(default: Any, accepts: Value, doc: str, *, resume: bool = False) -> Any:
+    """One knob: `resume=True` when a resume may change it (it does not change what the run learns)."""
+    meta = {"accepts": accepts, "doc": doc, "resume": resume}
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
+    return field(default=default, metadata=meta)

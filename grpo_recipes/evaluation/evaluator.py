@@ -2,87 +2,21 @@
 greedily, written to `eval_results/eval_step_<N>.json`. Rows marked `eval_level` (the curriculum's per-level
 problems) count only in `level/<task>/<level>/accuracy`; rows marked `eval_set` (the transfer set) only in
 `<eval_set>/...`, generated at the run's first and last evals. The first also computes the chance line
-(chance.py). With tools, each problem is a multi-turn rollout through training's tool loop (tool_loop.py),
-every turn recorded. Every rank generates its shard; rank 0 writes."""
+(chance.py). With tools or an environment, each problem is a multi-turn rollout through training's tool loop
+(tool_loop.py), every turn recorded; an environment's own reward (`get_reward`) is `env/reward`. Every rank
+generates its shard; rank 0 writes."""
 
 from __future__ import annotations
 
 import json
-import math
 import time
-from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from grpo_common.formats import get_format, reader
-from tools.usage import tool_use, usage_metrics
-
-# the eval's own marks on a row (`transfer`: which transfer set), not columns a reward is given
-EVAL_MARKS = ("eval_level", "eval_set", "transfer")
-
-
-def is_fixed(row: dict[str, Any]) -> bool:
-    return all(row.get(mark) is None for mark in EVAL_MARKS)
-
-
-def fixed_examples(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [r for r in rows if is_fixed(r)]
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k from n samples of which c are correct (Chen et al. 2021): 1 - C(n-c, k) / C(n, k)."""
-    if k > n:
-        raise ValueError(f"pass@{k} needs at least {k} samples, got {n}")
-    if n - c < k:
-        return 1.0
-    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
-
-
-def _mean(rows: list[dict[str, Any]], key: str) -> float:
-    return sum(r[key] for r in rows) / max(len(rows), 1)
-
-
-def summarize(examples: list[dict[str, Any]], prompt_format: str, ks: list[int] = ()) -> dict[str, float]:
-    """Overall and per-task accuracy (score >= 1), mean score, format, length, the share of each extraction
-    rule, and pass@k from sampled counts; the curriculum's levels and the transfer sets apart."""
-    answers, programs = reader(prompt_format, code_task=False), reader(prompt_format, code_task=True)
-    named = {"accuracy": "correct", "mean_score": "score", "format": "format_ok", "mean_length": "length"}
-    named |= {"truncated": "truncated"}
-
-    def block(rows: list[dict[str, Any]], prefix: str) -> dict[str, float]:
-        n, rules = max(len(rows), 1), Counter(r["rule"] for r in rows)
-        out = {f"{prefix}{name}": _mean(rows, key) for name, key in named.items()}
-        if rows and all("reward" in r for r in rows):
-            out[f"{prefix}reward"] = _mean(rows, "reward")
-        if rows and all("tool_calls" in r for r in rows):
-            out.update({f"{prefix}{k}": v for k, v in usage_metrics(rows).items()})
-        code = [rule for rule in programs.rules if rule in rules and rule not in answers.rules]
-        out.update({f"{prefix}rule/{rule}": rules[rule] / n for rule in [*answers.rules, *code]})
-        for k in ks:
-            out[f"{prefix}pass@{k}"] = (
-                sum(pass_at_k(r["num_samples"], r["samples_correct"], k) for r in rows) / n
-            )
-        return out
-
-    fixed = fixed_examples(examples)
-    metrics = {"num_examples": len(fixed), **block(fixed, "")}
-    for task in sorted({r["task"] for r in fixed}):
-        metrics.update(block([r for r in fixed if r["task"] == task], f"{task}/"))
-    levels, sets = defaultdict(list), defaultdict(list)
-    for r in examples:
-        if r.get("eval_level") is not None:
-            levels[r["task"], r["eval_level"]].append(r)
-        if r.get("eval_set") is not None:
-            sets[r["eval_set"]].append(r)
-    for (task, level), rows in sorted(levels.items()):
-        metrics[f"level/{task}/{level}/accuracy"] = _mean(rows, "correct")
-    for name, rows in sorted(sets.items()):
-        metrics[f"{name}/accuracy"] = _mean(rows, "correct")
-        metrics[f"{name}/truncated"] = _mean(rows, "truncated")
-        for task in sorted({r["task"] for r in rows}):
-            metrics[f"{name}/{task}/accuracy"] = _mean([r for r in rows if r["task"] == task], "correct")
-    return metrics
+from grpo_common.formats import get_format
+from grpo_recipes.evaluation.metrics import EVAL_MARKS, fixed_examples, is_fixed, summarize
+from tools.usage import tool_use
 
 
 def rank_shard(indices: list[int], rank: int, world: int) -> list[int]:
@@ -109,6 +43,7 @@ class FixedEvaluator:
         holdout: dict[str, str] | None = None,
         tools: Sequence[Callable] = (),
         max_tool_iterations: int | None = None,
+        environment_factory: Callable[[], Any] | None = None,
     ):
         self.rows, self.taskset, self.tokenizer = rows, taskset, tokenizer
         self.settings = settings  # the eval group (config/knobs.py Eval)
@@ -129,11 +64,13 @@ class FixedEvaluator:
         self.rewards = list(rewards)  # the run's, weighted: `reward` is what training pays the greedy reply
         self.holdout = holdout  # {task: what its eval problems keep out of training}, for the eval JSON
         self.loop = None  # with tools: training's tool loop, on prompts rendered as training renders them
-        if tools:
+        if tools or environment_factory:
             from grpo_recipes.evaluation.tool_loop import ToolLoop
 
-            self.loop = ToolLoop(tokenizer, tools, max_tool_iterations, max_new_tokens)
-            self.prompt_ids = [self.loop.render(r["prompt"]) for r in rows]
+            loop = ToolLoop(tokenizer, tools, max_tool_iterations, max_new_tokens, environment_factory)
+            self.loop = loop
+            # an environment's prompt is known once it is reset, at each eval; plain tools' once
+            self.prompt_ids = None if environment_factory else [loop.render(r["prompt"]) for r in rows]
         else:
             self.texts = [
                 tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False)
@@ -153,11 +90,17 @@ class FixedEvaluator:
         temperature = self.sample_temperature if sampled else self.greedy_temperature
         eos_ids = generator.eos_token_ids
         if self.loop is not None:
-            prompt_ids = [self.prompt_ids[i] for i in indices for _ in range(n)]
+            environments = None
+            if self.prompt_ids is None:  # a fresh environment per rollout, reset with the row's columns
+                rows = [self.columns(self.rows[i]) for i in indices for _ in range(n)]
+                prompt_ids, environments = self.loop.start(rows)
+            else:
+                prompt_ids = [self.prompt_ids[i] for i in indices for _ in range(n)]
             rollouts = self.loop.run(
                 lambda ids, budget: [g[0] for g in generator.generate_ids(ids, 1, temperature, budget)],
                 prompt_ids,
                 eos_ids,
+                environments,
             )
             flat = [self._from_rollout(r, eos_ids) for r in rollouts]
             decoded = [flat[k * n : (k + 1) * n] for k in range(len(indices))]
@@ -169,11 +112,17 @@ class FixedEvaluator:
 
     def _from_rollout(self, rollout, eos_ids: set[int]) -> tuple:
         """As _decode's, for a multi-turn rollout: the text is its last assistant turn's (the answer, as the
-        rewards read it), the length counts the model's tokens only (as TRL's), and its turns come along."""
+        rewards read it), the length counts the model's tokens only (as TRL's), and its turns and environment
+        come along."""
         last = next((t for t in reversed(rollout.turns) if t.get("role") == "assistant"), {})
         text = self.response_prefix + str(last.get("content") or "")
         truncated = not rollout.ids or rollout.ids[-1] not in eos_ids
-        return text, sum(rollout.mask), truncated, rollout.ids, rollout.turns
+        return text, sum(rollout.mask), truncated, rollout.ids, rollout.turns, rollout.environment
+
+    @staticmethod
+    def columns(row: dict[str, Any]) -> dict[str, Any]:
+        """The row as TRL hands it to rewards and environments: without the eval's own marks."""
+        return {key: value for key, value in row.items() if key not in EVAL_MARKS}
 
     def _decode(self, ids: list[int], eos_ids: set[int]) -> tuple[str, int, bool, list[int]]:
         """(text, length, cut off at the limit, the completion's token ids up to its end)."""
@@ -209,6 +158,8 @@ class FixedEvaluator:
             if self.loop is not None:  # every turn, and the calls counted as training's are (tools/usage.py)
                 use = tool_use(rest[1])
                 record |= {"tool_calls": use.calls, "tool_errors": use.errors, "turns": rest[1]}
+                if hasattr(rest[2], "get_reward"):  # the environment's own reward, as TRL adds it
+                    record["env_reward"] = float(rest[2].get_reward())
             out.append(record)
         return out
 
@@ -223,6 +174,9 @@ class FixedEvaluator:
         completions = [
             g[4] if len(g) > 4 else [{"role": "assistant", "content": c}] for g, c in zip(greedy, raw)
         ]
+        environments = [g[5] if len(g) > 5 else None for g in greedy]
+        if any(e is not None for e in environments):  # TRL hands rewards each rollout's environment
+            columns["environments"] = environments
         totals = [0.0] * len(rows)
         for fn, weight in self.rewards:
             values = fn(
@@ -232,7 +186,9 @@ class FixedEvaluator:
                 **columns,
             )
             totals = [t + weight * (0.0 if v is None else float(v)) for t, v in zip(totals, values)]
-        return totals
+        # an environment's own reward, with weight 1 as TRL adds it
+        env_rewards = [e.get_reward() if hasattr(e, "get_reward") else 0.0 for e in environments]
+        return [t + float(v) for t, v in zip(totals, env_rewards)]
 
     def run(
         self, model, accelerator, step: int, out_dir: Path | None, *, first=True, last=True, chance=None

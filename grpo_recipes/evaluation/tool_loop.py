@@ -3,7 +3,9 @@ trainer's sampling and state, so not callable here), rebuilt on TRL's public pie
 the tools and the chat template training renders with, each turn parsed by `parse_response`, tool results
 appended as token ids (no re-tokenisation), a result that would pass the completion's length limit rolled
 back, and at most `max_iterations` tool-calling turns. Batched: each turn is one generate call for every
-rollout still calling tools."""
+rollout still calling tools. With an environment (TRL's environment_factory), each rollout gets its own
+instance, reset with its row before its prompt is rendered (what `reset` returns is appended to the last user
+message) and offering its methods as tools, as GRPOTrainer does."""
 
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ class Rollout:
     turns: list[dict[str, Any]] = field(
         default_factory=list
     )  # assistant and tool messages, as TRL's completions
+    environment: Any = None  # this rollout's environment instance (None: plain tools)
 
 
 def call_tool(tools: dict[str, Callable], tool_call: dict[str, Any]) -> tuple[str, str]:
@@ -53,8 +56,21 @@ def call_tool(tools: dict[str, Callable], tool_call: dict[str, Any]) -> tuple[st
 
 
 class ToolLoop:
-    def __init__(self, tokenizer, tools: Sequence[Callable], max_iterations: int | None, max_new_tokens: int):
-        self.tokenizer, self.tools = tokenizer, list(tools)
+    def __init__(
+        self,
+        tokenizer,
+        tools: Sequence[Callable],
+        max_iterations: int | None,
+        max_new_tokens: int,
+        environment_factory: Callable[[], Any] | None = None,
+    ):
+        from tools.environments import environment_tools
+
+        self.tokenizer, self.standalone, self.factory = tokenizer, list(tools), environment_factory
+        # the schema shown: the tools, then an environment's methods (one instance probed, as TRL does)
+        self.tools = self.standalone + (
+            environment_tools(environment_factory()) if environment_factory else []
+        )
         self.by_name = {t.__name__: t for t in self.tools}
         self.max_iterations = sys.maxsize if max_iterations is None else max_iterations  # TRL's None
         self.max_new_tokens = max_new_tokens  # the whole completion's, tool results included (as TRL's)
@@ -92,19 +108,51 @@ class ToolLoop:
             raise ValueError("the chat template does not preserve prefixes: tool results cannot be appended")
         return full[len(prefix) :]
 
+    def start(self, rows: Sequence[dict[str, Any]]) -> tuple[list[list[int]], list[Any]]:
+        """Per row: its prompt's ids and its environment (None without one), reset with the row's columns as
+        TRL resets it (`rows`: the dataset columns TRL would pass)."""
+        environments = [self.factory() if self.factory else None for _ in rows]
+        prompt_ids = []
+        for row, environment in zip(rows, environments):
+            messages = row["prompt"]
+            observation = environment.reset(**row) if environment is not None else None
+            if observation is not None:  # appended to the last user message, as TRL does
+                messages = [
+                    *messages[:-1],
+                    {**messages[-1], "content": messages[-1]["content"] + observation},
+                ]
+            prompt_ids.append(self.render(messages))
+        return prompt_ids, environments
+
+    def tools_of(self, rollout: Rollout) -> dict[str, Callable]:
+        """What a call of this rollout runs: the tools, and its own environment's methods."""
+        if rollout.environment is None:
+            return self.by_name
+        from tools.environments import environment_tools
+
+        return {t.__name__: t for t in [*self.standalone, *environment_tools(rollout.environment)]}
+
     def parse(self, ids: list[int], prefix: list[int]) -> dict[str, Any]:
         from trl.chat_template_utils import parse_response
 
         return parse_response(self.tokenizer, ids, prefix=prefix, tools=self.tools) if ids else {}
 
-    def run(self, generate: Callable, prompt_ids: list[list[int]], eos_ids: set[int]) -> list[Rollout]:
-        """`generate(list of id lists, max_new_tokens)` -> one id list per prompt (the model's turn)."""
+    def run(
+        self,
+        generate: Callable,
+        prompt_ids: list[list[int]],
+        eos_ids: set[int],
+        environments: Sequence[Any] | None = None,
+    ) -> list[Rollout]:
+        """`generate(list of id lists, max_new_tokens)` -> one id list per prompt (the model's turn);
+        `environments`: each prompt's, from `start`."""
 
         def until_eos(ids: list[int]) -> list[int]:
             end = next((j + 1 for j, t in enumerate(ids) if t in eos_ids), None)
             return list(ids[:end])
 
-        rollouts = [Rollout(list(p)) for p in prompt_ids]
+        environments = environments or [None] * len(prompt_ids)
+        rollouts = [Rollout(list(p), environment=e) for p, e in zip(prompt_ids, environments)]
         for r, ids in zip(rollouts, generate(prompt_ids, self.max_new_tokens)):
             r.ids = until_eos(ids)
             r.mask = [1] * len(r.ids)
@@ -114,7 +162,7 @@ class ToolLoop:
         while active and iteration < self.max_iterations:
             extended = []  # (rollout, prompt + completion + tool results)
             for r in active:
-                results = [call_tool(self.by_name, c) for c in r.turns[-1]["tool_calls"]]
+                results = [call_tool(self.tools_of(r), c) for c in r.turns[-1]["tool_calls"]]
                 messages = [{"role": "tool", "name": name, "content": content} for name, content in results]
                 full = r.prompt_ids + r.ids + self.suffix_ids(messages)
                 if len(full) - len(r.prompt_ids) > self.max_new_tokens:

@@ -209,8 +209,11 @@ def _load_model(local: str, kwargs: dict[str, Any]):
     return AutoModelForCausalLM.from_pretrained(str(weights.consolidated_copy(Path(local))), **kwargs)
 
 
-def load_model_and_tokenizer(model_cfg: dict[str, Any], on_gpu: bool, seed: int = 0, tools: bool = False):
-    """`tools`: the run gives the model tools, so its chat template must be able to call them."""
+def load_model_and_tokenizer(
+    model_cfg: dict[str, Any], on_gpu: bool, seed: int = 0, tools: bool | str = False
+):
+    """`tools`: the run gives the model tools (a string: the group that does, tools or env), so its chat
+    template must be able to call them."""
     from transformers import AutoTokenizer
 
     path = model_cfg["path"]
@@ -245,10 +248,13 @@ def load_model_and_tokenizer(model_cfg: dict[str, Any], on_gpu: bool, seed: int 
     return model, tokenizer
 
 
-def set_chat_template(tokenizer, model_cfg: dict[str, Any], tools: bool) -> None:
-    """model.chat_template over the tokenizer's; with tools and no override, model.tool_chat_template."""
+def set_chat_template(tokenizer, model_cfg: dict[str, Any], tools: bool | str) -> None:
+    """model.chat_template over the tokenizer's; with tools (True, or the group giving them: tools or env)
+    and no override, model.tool_chat_template."""
     path = model_cfg["path"]
-    key = next((k for k in ("chat_template", "tool_chat_template")[: 1 + tools] if model_cfg.get(k)), None)
+    key = next(
+        (k for k in ("chat_template", "tool_chat_template")[: 1 + bool(tools)] if model_cfg.get(k)), None
+    )
     if key is not None:
         from grpo_common.templates import load_chat_template
 
@@ -256,26 +262,27 @@ def set_chat_template(tokenizer, model_cfg: dict[str, Any], tools: bool) -> None
     if tokenizer.chat_template is None:
         raise ConfigError(f"model '{path}' has no chat template: set model.chat_template")
     if tools:
-        check_tool_calling(tokenizer, path, f"model.{key}" if key else "its own chat template")
+        group = tools if isinstance(tools, str) else "tools"
+        check_tool_calling(tokenizer, path, f"model.{key}" if key else "its own chat template", group)
 
 
-def check_tool_calling(tokenizer, path: str, source: str) -> None:
+def check_tool_calling(tokenizer, path: str, source: str, group: str = "tools") -> None:
     """The template renders a tool-calling conversation, and TRL can parse the calls the model writes in it
     (the response schema TRL knows for its own templates, set here so the fixed eval parses them too)."""
     from trl.chat_template_utils import add_response_schema, supports_tool_calling
 
     fix = (
         "set model.chat_template to one that can, e.g. trl:qwen2_5 (TRL's ChatML template with tool calls, "
-        "for ChatML models such as SmolLM2), or tools=none"
+        f"for ChatML models such as SmolLM2), or {group}=none"
     )
     if not supports_tool_calling(tokenizer):
-        raise ConfigError(f"tools: model '{path}' cannot call tools with {source}; {fix}")
+        raise ConfigError(f"{group}: model '{path}' cannot call tools with {source}; {fix}")
     has = (getattr(tokenizer, a, None) is not None for a in ("response_template", "response_schema"))
     if not any(has):
         try:
             add_response_schema(tokenizer)
         except ValueError:
             raise ConfigError(
-                f"tools: TRL cannot parse the tool calls model '{path}' writes with {source} (it knows "
+                f"{group}: TRL cannot parse the tool calls model '{path}' writes with {source} (it knows "
                 f"the response format of its own templates only); {fix}"
             ) from None

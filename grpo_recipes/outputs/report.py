@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from grpo_recipes.evaluation.evaluator import fixed_examples
+from grpo_recipes.evaluation.metrics import fixed_examples
 from grpo_recipes.outputs.logs import load_evals, read_jsonl, write_atomic
+from grpo_recipes.outputs.report_tools import tool_section
 
 # (metric, label, format) after the accuracy and pass@k
 EVAL_METRICS = [("mean_score", "mean score", "{:.3f}"), ("format", "format compliance", "{:.1%}")]
@@ -245,6 +246,7 @@ def write_report(run_dir: str | Path) -> Path:
         plots = make_plots(run_dir, train, evals, tasks)
         lines += ["## Curves", ""] + [f"### {title}\n\n![{title}]({name})\n" for title, name in plots]
         lines += ["## Examples", ""] + _examples(evals)
+        lines += tool_section(evals)  # when the eval used tools: one rollout turn by turn
     lines += _samples(run_dir)
     write_atomic(run_dir / "report.md", "\n".join(lines) + "\n")
     return run_dir / "report.md"

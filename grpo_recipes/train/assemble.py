@@ -4,7 +4,7 @@
     so that an eval space too small is refused before the model loads)
     -> get_model (model, tokenizer, LoRA, the response prefix its chat template pre-fills)
     -> get_rewards (TRL reward functions and their weights) -> get_tools (the functions the model may call)
-    -> get_training_args (GRPOConfig)
+    -> get_environment (TRL's environment_factory: a stateful object per rollout) -> get_training_args
 
 run.py then builds the trainer and its callbacks from this (trainer.py) and trains.
 """
@@ -43,6 +43,7 @@ class Setup:
     curriculum: Any = None  # grpo_recipes.train.curriculum.Curriculum when dataset.curriculum is on
     reward_faults: Any = None  # rewards.guard.RewardFaults: the rewards' failed calls
     tools: tuple = ()  # the tool functions (tools/): TRL's tools=, and the fixed eval's
+    environment_factory: Any = None  # tools/environments.py: TRL's environment_factory=, and the fixed eval's
 
 
 def assemble(cfg: dict[str, Any], plan: RunPlan) -> Setup:
@@ -62,6 +63,7 @@ def assemble(cfg: dict[str, Any], plan: RunPlan) -> Setup:
     model, tokenizer, peft_config, prefix = get_model(cfg, hw)
     reward_funcs, weights, faults = get_rewards(cfg, taskset, prefix, curriculum)
     tools = get_tools(cfg)
+    environment_factory = get_environment(cfg, taskset)
     args = get_training_args(cfg, hw, weights, model, lora=peft_config is not None)
     checkpoint = None
     if plan.action == "resume":  # from the newest whole checkpoint; None: from the start
@@ -84,6 +86,7 @@ def assemble(cfg: dict[str, Any], plan: RunPlan) -> Setup:
         curriculum=curriculum,
         reward_faults=faults,
         tools=tools,
+        environment_factory=environment_factory,
     )
 
 
@@ -92,7 +95,8 @@ def get_model(cfg: dict[str, Any], hw: Hardware):
     from grpo_common.templates import response_prefix
     from grpo_recipes.models.loading import load_model_and_tokenizer, lora_config
 
-    tools = bool(cfg["tools"]["names"])  # its chat template must then be able to call them
+    # its chat template must then be able to call them; a refusal names the group that gives them
+    tools = "tools" if cfg["tools"]["names"] else "env" if cfg["env"]["name"] else False
     model, tokenizer = load_model_and_tokenizer(cfg["model"], on_gpu=hw.gpu, seed=cfg["seed"], tools=tools)
     peft_config = lora_config(cfg["model"]["lora"], model.config.model_type)
     prefix = response_prefix(cfg["model"]["response_prefix"], tokenizer)
@@ -139,6 +143,23 @@ def get_tools(cfg: dict[str, Any]) -> tuple:
         cap = cfg["grpo"].get("max_tool_calling_iterations") or "unlimited (up to the length limit)"
         log.info("tools: %s; tool-calling turns per rollout: %s", ", ".join(names), cap)
     return tuple(build_tools(names, cfg["tools"]["max_output_chars"]))
+
+
+def get_environment(cfg: dict[str, Any], taskset):
+    """TRL's environment_factory for `env.name` (None: none); the feedback environment scores answers with
+    the tasks' own verifier."""
+    from tools.environments import make_environment_factory
+
+    env = cfg["env"]
+    if env["name"]:
+        cap = cfg["grpo"].get("max_tool_calling_iterations") or "unlimited (up to the length limit)"
+        log.info("environment: %s; tool-calling turns per rollout: %s", env["name"], cap)
+    return make_environment_factory(
+        env["name"],
+        max_output_chars=cfg["tools"]["max_output_chars"],
+        max_turns=env["max_turns"],
+        scorer=taskset.score,
+    )
 
 
 def get_training_args(cfg: dict[str, Any], hw: Hardware, weights: list[float], model, lora: bool):

@@ -12,14 +12,13 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from grpo_common.errors import ConfigError
 from grpo_common.formats import get_format
 from tasks import TaskSet
 from tasks.registry import holdout_of
 
-Shots = Sequence[tuple[str, str]]  # dataset.few_shot as (question, completion) pairs
 EVAL_DRAWS = 4096  # candidates drawn for an eval set (16 a problem, if more) before its space is too small
 TRANSFER_SEED = 500  # transfer set j draws from eval.seed + 500 + j: apart from the tasks' seed + i
 UNITS = {"question": "problems", "function": "functions", "template": "templates"}
@@ -78,30 +77,82 @@ def system_prompt(dataset_cfg: dict[str, Any]) -> str | None:
     return get_format(dataset_cfg["prompt_format"]).system_prompt if override is None else override
 
 
-def few_shot(dataset_cfg: dict[str, Any]) -> Shots:
-    """`dataset.few_shot` as (question, completion) pairs; one message naming the bad item otherwise."""
-    pairs = []
-    for i, item in enumerate(dataset_cfg["few_shot"] or []):
-        if not (
-            isinstance(item, dict)
-            and set(item) == {"question", "completion"}
-            and all(isinstance(v, str) and v.strip() for v in item.values())
-        ):
+class Shot(NamedTuple):
+    """One worked example of `dataset.few_shot`: its question, the answer as the model should write it, and
+    the tool calls made before it, each (name, arguments, the tool's reply)."""
+
+    question: str
+    completion: str
+    tool_calls: tuple[tuple[str, dict[str, Any], str], ...] = ()
+
+
+Shots = Sequence[Shot]  # dataset.few_shot
+
+SHOT_FORM = (
+    "{question: ..., completion: ...} (non-empty strings; the completion as the model should write it), "
+    "optionally with tool_calls: [{name: <a tool>, arguments: {...}, result: <its reply>}] made before it"
+)
+
+
+def _tool_calls(calls: Any, where: str) -> tuple[tuple[str, dict[str, Any], str], ...]:
+    if not isinstance(calls, list) or not calls:
+        raise ConfigError(f"{where}={calls!r}: expected a non-empty list of {{name, arguments, result}}")
+    out = []
+    for j, call in enumerate(calls):
+        ok = isinstance(call, Mapping) and set(call) == {"name", "arguments", "result"}
+        ok = ok and isinstance(call["name"], str) and bool(call["name"].strip())
+        ok = (
+            ok
+            and isinstance(call["arguments"], Mapping)
+            and all(isinstance(k, str) for k in call["arguments"])
+        )
+        if not (ok and isinstance(call["result"], str)):
             raise ConfigError(
-                f"dataset.few_shot[{i}]={item!r}: each example is a mapping of two non-empty strings, "
-                "{question: ..., completion: ...} (the completion as the model should write it)"
+                f"{where}[{j}]={call!r}: expected {{name: <a tool>, arguments: {{<argument>: <value>}}, "
+                "result: <the tool's reply, a string>}"
             )
-        pairs.append((item["question"], item["completion"]))
-    return pairs
+        out.append((call["name"], dict(call["arguments"]), call["result"]))
+    return tuple(out)
 
 
-def build_messages(question: str, system: str | None, shots: Shots = ()) -> list[dict[str, str]]:
-    """System message, then each worked example as an earlier user/assistant turn, then the question.
-    A small model copies an answer it has already "written" far more reliably than an example inside
-    the system prompt (README, "Experiment presets")."""
-    messages = [{"role": "system", "content": system}] if system else []
-    for shot_question, completion in shots:
-        messages += [{"role": "user", "content": shot_question}, {"role": "assistant", "content": completion}]
+def few_shot(dataset_cfg: dict[str, Any]) -> Shots:
+    """`dataset.few_shot` as Shots; one message naming the bad item otherwise."""
+    shots = []
+    for i, item in enumerate(dataset_cfg["few_shot"] or []):
+        texts = ("question", "completion")
+        if not (
+            isinstance(item, Mapping)
+            and set(item) - {"tool_calls"} == set(texts)
+            and all(isinstance(item[k], str) and item[k].strip() for k in texts)
+        ):
+            raise ConfigError(f"dataset.few_shot[{i}]={item!r}: each example is {SHOT_FORM}")
+        calls = (
+            _tool_calls(item["tool_calls"], f"dataset.few_shot[{i}].tool_calls")
+            if "tool_calls" in item
+            else ()
+        )
+        shots.append(Shot(item["question"], item["completion"], calls))
+    return shots
+
+
+def shot_tool_names(dataset_cfg: dict[str, Any]) -> list[str]:
+    """The tools the worked examples call, in order (the config check compares them with the run's)."""
+    return [name for shot in few_shot(dataset_cfg) for name, _, _ in shot.tool_calls]
+
+
+def build_messages(question: str, system: str | None, shots: Shots = ()) -> list[dict[str, Any]]:
+    """System message, then each worked example as earlier turns (the question, its tool calls each as an
+    assistant turn followed by the tool's reply, then the answer), then the question. A small model copies an
+    answer it has already "written" far more reliably than an example inside the system prompt (README,
+    "Experiment presets")."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+    for shot in shots:
+        messages.append({"role": "user", "content": shot.question})
+        for name, arguments, result in shot.tool_calls:
+            call = {"type": "function", "function": {"name": name, "arguments": arguments}}
+            messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+            messages.append({"role": "tool", "name": name, "content": result})
+        messages.append({"role": "assistant", "content": shot.completion})
     return messages + [{"role": "user", "content": question}]
 
 

@@ -1,5 +1,7 @@
 """samples.jsonl (README "What the model wrote"): the first `log_samples_count` rollouts at step 1 and every
-`log_samples_every` steps, with each reward's score (the reward functions are wrapped to keep them)."""
+`log_samples_every` steps, with each reward's score (the reward functions are wrapped to keep them). With
+tools or an environment, each rollout's turns too (role, content, tool calls), its tool calls and errors
+counted as the fixed eval counts them (grpo_common/tool_use.py), and the environment's own reward."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from grpo_common.tool_use import tool_use
 from grpo_recipes.outputs.logs import append_jsonl, read_jsonl
 from rewards.registry import completion_text, entries
 
@@ -28,9 +31,21 @@ def prompt_text(prompt: Any) -> str:
     return str(prompt)
 
 
+def turn_records(completion: Any) -> list[dict[str, Any]]:
+    """Each turn of a rollout as TRL's completions hold it: role, content, and the tool calls an assistant
+    turn made (a tool result: the tool's name)."""
+    if not isinstance(completion, list):
+        return [{"role": "assistant", "content": completion_text(completion)}]
+    keep = ("role", "content", "tool_calls", "name")
+    return [{k: m[k] for k in keep if m.get(k) is not None} for m in completion if isinstance(m, dict)]
+
+
 class SampleRecorder(TrainerCallback):
-    def __init__(self, path, every, count, judge, max_completion_length, eos_token_ids, report_to):
+    def __init__(
+        self, path, every, count, judge, max_completion_length, eos_token_ids, report_to, tools=False
+    ):
         self.path, self.every, self.count = Path(path), every, count
+        self.tools = tools  # the run gives the model tools or an environment: record each rollout's turns
         self.judge = judge  # TaskSet.judge(texts, rows) with the response prefix, as the rewards read
         self.max_completion_length, self.eos_token_ids = max_completion_length, eos_token_ids
         self.report_to = report_to  # TRL's report_to: the table goes to wandb, trackio
@@ -71,6 +86,17 @@ class SampleRecorder(TrainerCallback):
                 }
                 for prompt, completion, ids_, row in zip(prompts, completions, ids, entries_)
             ]
+            if self.tools:
+                for row, completion in zip(rows, completions):
+                    use = tool_use(completion)
+                    row |= {
+                        "tool_calls": use.calls,
+                        "tool_errors": use.errors,
+                        "turns": turn_records(completion),
+                    }
+            for row, environment in zip(rows, kwargs.get("environments") or []):
+                if hasattr(environment, "get_reward"):  # TRL adds it as a reward named after the class
+                    row["rewards"][type(environment).__name__] = float(environment.get_reward())
             # TRL hands every reward the same list (its id marks the batch): later batches are skipped
             self.pending[step] = {"id": id(completions), "rows": rows, "entries": entries_}
         if self.pending[step]["id"] == id(completions):
@@ -100,7 +126,7 @@ class SampleRecorder(TrainerCallback):
 
     def _to_trackers(self, rows: list[dict[str, Any]], step: int) -> None:
         columns = list(rows[0])  # the record's keys, in order
-        table = [[json.dumps(r[c]) if c == "rewards" else r[c] for c in columns] for r in rows]
+        table = [[json.dumps(r[c]) if c in ("rewards", "turns") else r[c] for c in columns] for r in rows]
         wandb = sys.modules.get("wandb")
         if "wandb" in self.report_to and wandb is not None and wandb.run is not None:
             wandb.log({"train/samples": wandb.Table(columns=columns, data=table)})

@@ -29,7 +29,8 @@ def make_evaluator(cfg: dict[str, Any], s: Setup):
         response_prefix=s.response_prefix,
         rewards=list(zip(s.reward_funcs, s.args.reward_weights or [1.0] * len(s.reward_funcs))),
         holdout=holdout_by_task(cfg["dataset"]),
-        tools=s.tools,  # the same tools, turn cap and chat template as training's rollouts
+        tools=s.tools,  # the same tools, environment, turn cap and chat template as training's rollouts
+        environment_factory=s.environment_factory,
         max_tool_iterations=s.args.max_tool_calling_iterations,
     )
 
@@ -88,6 +89,7 @@ def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
         max_completion_length=s.args.max_completion_length,
         eos_token_ids=end_ids(s.model, s.tokenizer),  # as the fixed eval reads completions
         report_to=s.args.report_to,
+        tools=bool(s.tools or s.environment_factory),  # then each rollout's turns are recorded too
     )
     try:
         trainer = trainer_class(s.args)(
@@ -99,6 +101,7 @@ def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
             peft_config=s.peft_config,
             callbacks=[MetricsFileCallback(run_dir / "metrics.jsonl")],
             tools=list(s.tools) or None,
+            environment_factory=s.environment_factory,
         )
     except ValueError as err:  # a setting TRL or transformers refuse only when the trainer is built
         if os.environ.get("HYDRA_FULL_ERROR") == "1":

@@ -25,10 +25,11 @@ def scripted_reply(text: str) -> str:
     return CALL.format(expr=expr.strip())
 
 
-def install():
+def install(reply=None):
     """Patch GenerationMixin.generate (every model's) so that the model's real generate runs with each token
     forced to the script's (a logits processor first in line: the others, and the sampler, see a certain
-    token). Returns the original."""
+    token); `reply(rendered text) -> reply text`, default `scripted_reply`. Returns the original."""
+    reply = reply or scripted_reply
     import torch
     import transformers
 
@@ -51,7 +52,7 @@ def install():
         config = generation_config or self.generation_config
         n = config.num_return_sequences or 1
         replies = [
-            tokenizer(scripted_reply(tokenizer.decode(ids).replace("<pad>", "")), add_special_tokens=False)[
+            tokenizer(reply(tokenizer.decode(ids).replace("<pad>", "")), add_special_tokens=False)[
                 "input_ids"
             ]
             for ids in input_ids.tolist()
