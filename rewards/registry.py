@@ -110,6 +110,7 @@ def _check_signature(fn: Callable, key: str) -> None:
 
     # What TRL passes every reward (GRPOTrainer._calculate_rewards), then the recipe's dataset columns.
     trl = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric")
+    trl += ("environments",)  # with env= (TRL's environment_factory); a reward without **kwargs would fail
     columns = ("question", "answer", "task", "metadata")
     try:
         sig = inspect.signature(fn)

@@ -1,6 +1,7 @@
 """The two digit tasks of the Monarch RL recipe, as reasoning-gym procedural datasets: registered in its
 registry, they mix, score and follow `dataset.curriculum` (their curricula below) like any other task."""
 
+import re
 from dataclasses import dataclass
 from random import Random
 from typing import Any
@@ -11,15 +12,19 @@ from reasoning_gym.factory import register_dataset
 
 from grpo_common.answers import match_answer
 
+INTEGER = re.compile(r"[+-]?(\d{1,3}(,\d{3})+|\d+)")  # thousands grouped by commas, or none
+
 
 class _IntegerAnswerDataset(ProceduralDataset):
-    """Scored as numbers: '28', ' 28 ' and '0028' are all 28."""
+    """Scored as integers: '28', ' 28 ', '0028' and '1,234' are numbers; '28%', '56/2' or '2.8e1' are not
+    what these tasks ask for (an answer form only grpo_common.answers' general matcher accepts)."""
 
     def __init__(self, config):
         super().__init__(config=config, seed=config.seed, size=config.size)
 
     def score_answer(self, answer: str | None, entry: dict[str, Any]) -> float:
-        return match_answer(answer, entry["answer"])
+        text = str(answer).strip() if answer is not None else ""
+        return match_answer(text, entry["answer"]) if INTEGER.fullmatch(text) else 0.0
 
 
 @dataclass

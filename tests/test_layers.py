@@ -1,4 +1,4 @@
-"""Imports point down only: train_grpo.py -> grpo_recipes -> tasks -> rewards -> grpo_common.
+"""Imports point down only: train_grpo.py -> grpo_recipes -> tasks -> tools -> rewards -> grpo_common.
 
 Every module of each package is parsed (imports inside functions count too); a module may import
 its own package and any lower layer, never a higher one. tasks and rewards share a level in the

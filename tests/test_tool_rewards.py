@@ -247,3 +247,31 @@ def test_the_report_shows_one_eval_rollout_with_its_tool_turns():
         tool_section({3: {"metrics": {}, "examples": [{k: v for k, v in plain.items() if k != "turns"}]}})
         == []
     )
+
+
+def test_training_rows_keep_worked_tool_calls_as_written_and_as_the_eval_gets_them():
+    """Arrow would merge the two calls' argument sets (code / expression) into one struct, each call gaining
+    the other's key as null, or fail on a type clash: the train set stores prompts as JSON."""
+    from grpo_recipes.train.data import build_datasets
+
+    calculator = {
+        "question": "What is 6 * 7?",
+        "tool_calls": [{"name": "calculator", "arguments": {"expression": "6 * 7"}, "result": "42"}],
+        "completion": "[ANSWER] 42",
+    }
+    typed = {
+        **calculator,
+        "tool_calls": [{"name": "calculator", "arguments": {"expression": 42}, "result": "42"}],
+    }
+    cfg = composed("model=tiny_random", "eval.size=4", "dataset.train_size=16")
+    for shots in ([SHOT, calculator], [calculator, typed]):
+        dataset = {**cfg["dataset"], "few_shot": shots}
+        _, train, eval_rows = build_datasets(dataset, cfg["eval"])
+        expected = build_messages("", None, few_shot(dataset))[
+            :-1
+        ]  # the worked turns, as the eval builds them
+        assert train[0]["prompt"][: len(expected)] == eval_rows[0]["prompt"][: len(expected)]
+        shown = [m for m in train[0]["prompt"] if m.get("tool_calls")]
+        assert [list(m["tool_calls"][0]["function"]["arguments"]) for m in shown] == [
+            list(s["tool_calls"][0]["arguments"]) for s in shots
+        ]

@@ -204,10 +204,19 @@ def check_trained(taskset: TaskSet, entries: list[dict[str, Any]]) -> None:
 
 def build_datasets(dataset_cfg: dict[str, Any], eval_cfg: dict[str, Any]):
     """(TaskSet, train Dataset, eval rows); dataset.curriculum's: grpo_recipes/train/curriculum.py."""
-    from datasets import Dataset
+    from datasets import Dataset, Features, Json, Value
 
     taskset, system, shots, eval_rows = build_eval_set(dataset_cfg, eval_cfg)
     held_out = {taskset.key(r) for r in eval_rows}
     entries = taskset.sample(int(dataset_cfg["train_size"]), int(dataset_cfg["seed"]), exclude_keys=held_out)
     check_trained(taskset, entries)
-    return taskset, Dataset.from_list([to_row(e, system, shots) for e in entries]), eval_rows
+    # prompts as JSON: Arrow would merge every message into one struct type (worked tool calls with different
+    # arguments would gain each other's keys as nulls, or fail on a type clash)
+    features = Features(
+        {"prompt": Json(), **{c: Value("string") for c in ("question", "answer", "task", "metadata")}}
+    )
+    return (
+        taskset,
+        Dataset.from_list([to_row(e, system, shots) for e in entries], features=features),
+        eval_rows,
+    )

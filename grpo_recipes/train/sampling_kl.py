@@ -89,11 +89,11 @@ class InverseCDFSampler(lp.LogitsProcessor):
         self.steps.append(logp.gather(1, token).squeeze(1))
         return torch.full_like(scores, float("-inf")).scatter_(1, token, 0.0)
 
-    def logprobs(self, n: int) -> torch.Tensor:
+    def logprobs(self, n: int, batch: int) -> torch.Tensor:
         """(batch, n) log-probs of the n generated tokens."""
         if len(self.steps) < n:
             raise RuntimeError(f"sampled {len(self.steps)} steps for {n} generated tokens")
-        return torch.stack(self.steps[:n], dim=1) if n else torch.zeros((0, 0))
+        return torch.stack(self.steps[:n], dim=1) if n else torch.zeros((batch, 0))
 
 
 class SamplingKLTrainer(WholeCheckpoints, GRPOTrainer):
@@ -122,12 +122,12 @@ class SamplingKLTrainer(WholeCheckpoints, GRPOTrainer):
                 self._why_not = "generate is not plain sampling with input_ids (greedy, beams, other warpers)"
                 return generate(*args, **kwargs)
             sampler = InverseCDFSampler(warpers)  # it samples; generate's loop only takes its token
-            greedy = copy.deepcopy(config)
+            greedy = copy.deepcopy(config if config is not None else model.generation_config)
             greedy.update(do_sample=False, temperature=1.0, top_k=50, top_p=1.0, min_p=None)
             kwargs["generation_config"] = greedy
             out = generate(*args, logits_processor=lp.LogitsProcessorList([sampler]), **kwargs)
             sequences = out if isinstance(out, torch.Tensor) else out.sequences
-            self._recorded = sampler.logprobs(sequences.size(1) - input_ids.size(1))
+            self._recorded = sampler.logprobs(sequences.size(1) - input_ids.size(1), sequences.size(0))
             return out
 
         model.generate = generate_recording
