@@ -1,7 +1,9 @@
 import json
 import os
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -101,3 +103,30 @@ def declared(group: str, **values) -> dict:
     for key, value in values.items():
         out[key] = {**out[key], **value} if f"{group}.{key}" in nested else value
     return out
+
+
+@pytest.fixture
+def tcp_server():
+    """A listening socket on the host (the sandbox and tool tests: no network); records whether anything ever
+    connected."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(5)
+    server.settimeout(0.2)
+    hits, stop = [], threading.Event()
+
+    def accept():
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+                hits.append(1)
+                conn.close()
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1], hits
+    stop.set()
+    thread.join()
+    server.close()

@@ -130,14 +130,11 @@ def scripted():
 
 
 def test_training_and_the_fixed_eval_run_the_feedback_environment_alike(scripted, tmp_path):
-    from datasets import Dataset
-
-    from grpo_recipes.config.trainer_args import recipe_grpo_config_class
     from grpo_recipes.evaluation.generation import HFGenerator
     from grpo_recipes.evaluation.tool_loop import ToolLoop
     from grpo_recipes.models.loading import set_chat_template
-    from grpo_recipes.models.tiny import tiny_model, tiny_tokenizer
-    from grpo_recipes.train.sampling_kl import SamplingKLTrainer
+    from grpo_recipes.models.tiny import tiny_tokenizer
+    from tests.test_tool_loop import scripted_trainer
 
     tokenizer = tiny_tokenizer()
     set_chat_template(tokenizer, {"path": "tiny-random", "tool_chat_template": "trl:qwen2_5"}, tools="env")
@@ -160,26 +157,7 @@ def test_training_and_the_fixed_eval_run_the_feedback_environment_alike(scripted
         }
         for q, a in zip(questions, ["9", "3"])
     ]
-    GRPOConfig = recipe_grpo_config_class()
-    args = GRPOConfig(
-        output_dir=str(tmp_path),
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        per_device_train_batch_size=4,
-        num_generations=2,
-        max_completion_length=600,
-        max_tool_calling_iterations=3,
-        activation_checkpointing=False,
-    )
-    trainer = SamplingKLTrainer(
-        model=tiny_model(tokenizer, seed=3),
-        reward_funcs=reward,
-        args=args,
-        train_dataset=Dataset.from_list(rows),
-        processing_class=tokenizer,
-        environment_factory=factory,
-    )
+    trainer = scripted_trainer(tmp_path, tokenizer, rows, reward, 600, 3, environment_factory=factory)
     trainer.model.train()
     inputs = [rows[0], rows[0], rows[1], rows[1]]  # a group of two per prompt, as TRL's sampler gives
     out = trainer._generate_and_score_completions(inputs)

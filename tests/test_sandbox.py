@@ -8,8 +8,6 @@ bypass the Python guard, so they prove the OS layers and run only where those la
 from __future__ import annotations
 
 import os
-import socket
-import threading
 import time
 
 import pytest
@@ -87,32 +85,6 @@ def test_huge_allocation_fails_inside_the_program(executors, level):
     assert not result.ok and "allocated" not in result.stdout
     assert "MemoryError" in result.stderr
     assert _passed(executors[level], "x = bytearray(10 * 1024 ** 3)\ndef add(a, b):\n    return a + b") == 0
-
-
-@pytest.fixture
-def tcp_server():
-    """A listening socket on the host; records whether anything ever connected."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(5)
-    server.settimeout(0.2)
-    hits, stop = [], threading.Event()
-
-    def accept():
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-                hits.append(1)
-                conn.close()
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield server.getsockname()[1], hits
-    stop.set()
-    thread.join()
-    server.close()
 
 
 @pytest.mark.parametrize("level", ISOLATION)

@@ -46,9 +46,34 @@ def _tokenizer():
     return tokenizer
 
 
-def test_training_and_the_fixed_eval_run_and_count_the_same_tool_loop(scripted, tmp_path):
+def scripted_trainer(tmp_path, tokenizer, rows, reward, max_length, cap, **tools_or_env):
+    """The recipe's trainer on the tiny model, given `tools=` or `environment_factory=`."""
     from datasets import Dataset
 
+    args = recipe_grpo_config_class()(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_completion_length=max_length,
+        max_tool_calling_iterations=cap,
+        activation_checkpointing=False,
+    )
+    model = tiny_model(tokenizer, seed=3)
+    data = Dataset.from_list(rows)
+    return SamplingKLTrainer(
+        model=model,
+        reward_funcs=reward,
+        args=args,
+        train_dataset=data,
+        processing_class=tokenizer,
+        **tools_or_env,
+    )
+
+
+def test_training_and_the_fixed_eval_run_and_count_the_same_tool_loop(scripted, tmp_path):
     tokenizer, tools, seen = _tokenizer(), build_tools(["python"], 500), []
 
     def reward(completions, **kwargs):
@@ -59,26 +84,7 @@ def test_training_and_the_fixed_eval_run_and_count_the_same_tool_loop(scripted, 
         {"prompt": [{"role": "system", "content": "Use the tool."}, {"role": "user", "content": q}]}
         for q in QUESTIONS
     ]
-    GRPOConfig = recipe_grpo_config_class()
-    args = GRPOConfig(
-        output_dir=str(tmp_path),
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        per_device_train_batch_size=4,
-        num_generations=2,
-        max_completion_length=MAX_LENGTH,
-        max_tool_calling_iterations=CAP,
-        activation_checkpointing=False,
-    )
-    trainer = SamplingKLTrainer(
-        model=tiny_model(tokenizer, seed=3),
-        reward_funcs=reward,
-        args=args,
-        train_dataset=Dataset.from_list(rows),
-        processing_class=tokenizer,
-        tools=tools,
-    )
+    trainer = scripted_trainer(tmp_path, tokenizer, rows, reward, MAX_LENGTH, CAP, tools=tools)
     trainer.model.train()
     out = trainer._generate_and_score_completions(rows)
 

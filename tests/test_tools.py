@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
-import threading
 import time
 from pathlib import Path
 
@@ -34,32 +32,6 @@ def calculator():
 
 def _processes() -> int:
     return sum(name.isdigit() for name in os.listdir("/proc"))
-
-
-@pytest.fixture
-def listener():
-    """A listening socket on the host; records whether anything connected."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(5)
-    server.settimeout(0.2)
-    hits, stop = [], threading.Event()
-
-    def accept():
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-                hits.append(1)
-                conn.close()
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield server.getsockname()[1], hits
-    stop.set()
-    thread.join()
-    server.close()
 
 
 def test_a_plain_program_prints_its_result(python_tool):
@@ -105,8 +77,8 @@ def test_writing_outside_the_sandbox_is_refused(python_tool, tmp_path):
     assert reply.startswith(ERROR_PREFIX) and Path(__file__).exists()
 
 
-def test_no_network(python_tool, listener):
-    port, hits = listener
+def test_no_network(python_tool, tcp_server):
+    port, hits = tcp_server
     code = (
         f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=1)\nprint('connected')"
     )

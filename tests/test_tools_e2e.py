@@ -41,14 +41,16 @@ def test_a_python_tool_run_goes_through_the_tool_loop_in_training_and_eval(tmp_p
     assert (run_dir / "final/model.safetensors").is_file()
 
 
-def test_a_model_that_cannot_call_tools_is_refused_in_one_line(tmp_path):
-    proc = run_train(*TINY, "tools=python", "model.tool_chat_template=null", f"output_root={tmp_path}")
+@pytest.mark.parametrize("group", ["tools=python", "env=feedback"])
+def test_a_model_that_cannot_call_tools_is_refused_in_one_line(tmp_path, group):
+    proc = run_train(*TINY, group, "model.tool_chat_template=null", f"output_root={tmp_path}")
     assert proc.returncode == 2, proc.stderr[-3000:]
+    key, _ = group.split("=")
     assert proc.stderr.strip().splitlines() == [
         (
-            "error: tools: model 'tiny-random' cannot call tools with its own chat template; set "
+            f"error: {key}: model 'tiny-random' cannot call tools with its own chat template; set "
             "model.chat_template to one that can, e.g. trl:qwen2_5 (TRL's ChatML template with tool calls, "
-            "for ChatML models such as SmolLM2), or tools=none"
+            f"for ChatML models such as SmolLM2), or {key}=none"
         )
     ]
     assert list(tmp_path.iterdir()) == []  # nothing created
@@ -92,19 +94,6 @@ def test_a_python_session_run_goes_through_trl_environment_factory_in_training_a
     report = (run_dir / "report.md").read_text()
     assert "## Tool use" in report and "-> calls `python(code=" in report
     assert "environment: python_session; tool-calling turns per rollout: 3" in proc.stdout + proc.stderr
-
-
-def test_an_environment_with_a_model_that_cannot_call_tools_is_refused_in_one_line(tmp_path):
-    proc = run_train(*TINY, "env=feedback", "model.tool_chat_template=null", f"output_root={tmp_path}")
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    assert proc.stderr.strip().splitlines() == [
-        (
-            "error: env: model 'tiny-random' cannot call tools with its own chat template; set "
-            "model.chat_template to one that can, e.g. trl:qwen2_5 (TRL's ChatML template with tool calls, "
-            "for ChatML models such as SmolLM2), or env=none"
-        )
-    ]
-    assert list(tmp_path.iterdir()) == []  # nothing created
 
 
 def test_an_environment_and_a_tool_of_the_same_name_are_refused_in_one_line(tmp_path):
