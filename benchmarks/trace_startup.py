@@ -13,7 +13,10 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = tuple(str(ROOT / p) for p in ("grpo_recipes", "grpo_common", "tasks", "rewards", "train_grpo.py"))
+PACKAGES = tuple(
+    str(ROOT / p)
+    for p in ("grpo_recipes", "grpo_common", "tasks", "rewards", "tools", "hydra_plugins", "train_grpo.py")
+)
 
 
 def main(overrides: list[str]) -> None:

@@ -1,7 +1,6 @@
 """Reading an answer out of text: the readers the answer formats chain (formats.py; the rules are in the
-README, "Rewards"), how a number is spelled once read ('1,000' -> '1000'), and matching one with a gold
-answer (`match_answer`). A multi-line answer (grid, board, moves) goes on the lines after a bare `[ANSWER]`.
-Each reader returns the answer it found, or None; none raises, whatever the text."""
+README, "Rewards"), each returning the answer it found or None and never raising; how a number is spelled
+once read ('1,000' -> '1000'); and matching one with a gold answer (`match_answer`)."""
 
 import re
 from decimal import Decimal
@@ -58,9 +57,8 @@ def is_number(text: str) -> bool:
 
 
 def normalize_number(text: str) -> str:
-    """A number's spelling: '1,000' -> '1000', '$12' -> '12', '12.0' -> '12', '+5' -> '5', '-0' -> '0'.
-    Anything else is only stripped. Decimals that are not whole keep their digits ('2.50'): some verifiers
-    compare the reference's exact spelling (advanced_geometry's '0.480')."""
+    """'1,000' -> '1000', '$12' -> '12', '12.0' -> '12', '+5' -> '5', '-0' -> '0'; anything else stripped.
+    Other decimals keep their digits: some verifiers compare spellings (advanced_geometry's '0.480')."""
     s = text.strip()
     if not (m := _PLAIN.fullmatch(s)):
         return s
@@ -120,8 +118,8 @@ def tag(text: str) -> str | None:
 
 
 def phrase(text: str) -> str | None:
-    """The last "answer is x" or "= x" in the text; x as on a tag line ('17 apples' -> '17'). Only the last
-    "answer is" may run over several lines (a grid below it): an earlier one has a later phrase below it."""
+    """The last "answer is x" or "= x"; x as on a tag line ('17 apples' -> '17'). Only the last "answer is"
+    may run over several lines (a grid below it): an earlier one has a later phrase below it."""
     best_pos, best = -1, None
     said = list(_ANSWER_IS.finditer(text))
     for i, m in enumerate(said):
@@ -178,9 +176,9 @@ def _drop_stop(text: str) -> str:
 
 
 def alone(text: str) -> str | None:
-    """The whole reply, when it is nothing but an answer: one line (an explanation after it dropped as on
-    a tag line) or a block of lines; its full stop dropped. A lone number, and prose with a number in it
-    ('The sum is 17.'), are `last_number`'s reading, so numeric replies keep the rule that read them."""
+    """The whole reply when it is nothing but an answer: one line (less an explanation) or a block of lines,
+    without its full stop. A lone number and prose with a number in it ('The sum is 17.') are left to
+    `last_number`, so numeric replies keep the rule that read them."""
     s = _after_reasoning(text).strip()
     if not s or _NEXT_TAG.search(s):  # an empty tag is no answer, and no part of one
         return None
@@ -235,8 +233,8 @@ def _plain(text: Any) -> str:
 
 
 def _value(text: Any) -> tuple[Fraction, str | None] | None:
-    """'1,000', '$1000', '1000.00', '1e3', '3/4', '50%', '\u22125' -> (value, its plain decimal spelling or
-    None for a fraction, exponent or percentage); anything else -> None."""
+    """'1,000', '1e3', '3/4', '50%'... -> (value, its plain decimal spelling, None for a fraction, exponent or
+    percentage); anything else -> None."""
     s = _plain(text)
     m = _VALUE.fullmatch(s) if len(s) <= _VALUE_CHARS else None
     if not m or (m["sign1"] and m["sign2"]):

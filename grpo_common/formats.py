@@ -1,7 +1,7 @@
 """Prompt formats: how the model is asked to present its answer, and how it is read back. One class per
-format: its system prompt, the `tags` tag_count rewards, `extract` (a fallback chain that names the rule
-that fired, in `rules`; never raises) and `is_formatted` (strict: the whole completion has the format's
-shape; soft: its answer marker appears). A new format is one class plus one line in `FORMATS`."""
+format: its system prompt, the `tags` tag_count rewards, `extract` (names the rule that fired, one of `rules`;
+never raises) and `is_formatted` (strict: the whole completion has the format's shape; soft: its answer
+marker appears). A new format is one class plus one line in `FORMATS`."""
 
 import re
 from dataclasses import dataclass
@@ -36,14 +36,13 @@ _FORMAT_CHARS = 20_000  # the format checks read at most this many characters of
 # One candidate per completion: the first rule of the chain that finds an answer gives it (trying several
 # would let a model fish for reward by writing many). What the model marks as its answer comes first.
 class AnswerFormat(PromptFormat):
-    chain = ("tag", "phrase", "lead_word", "alone", "last_number")  # each rule is a reader of answers.py
-    rules = (*chain, "none")
+    rules = ("tag", "phrase", "lead_word", "alone", "last_number", "none")  # the readers of answers.py
 
     def extract(self, text: object) -> Extraction:
         from grpo_common import answers  # on first use: a run imports it when it reads its first answer
 
         text = as_text(text)[: answers.MAX_CHARS]
-        for rule in self.chain:
+        for rule in self.rules[:-1]:
             if found := getattr(answers, rule)(text):
                 return Extraction(found, rule)
         return Extraction(None, "none")
@@ -157,12 +156,9 @@ def get_format(name: str) -> PromptFormat:
 
 
 def reader(prompt_format: str, code_task: bool) -> PromptFormat:
-    """The run's format when it reads what the task asks for (a program or an answer), else `code` for a code
-    task and `plain` for any other."""
+    """The run's format when it reads what the task asks for (a program or an answer), else code or plain."""
     fmt = get_format(prompt_format)
-    if fmt.reads_code == code_task:
-        return fmt
-    return FORMATS["code"] if code_task else FORMATS["plain"]
+    return fmt if fmt.reads_code == code_task else FORMATS["code" if code_task else "plain"]
 
 
 def rule_names() -> list[str]:

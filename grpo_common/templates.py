@@ -1,6 +1,4 @@
-"""Chat templates: the `model.chat_template` override (a Jinja string, a file, or `trl:<name>`: one of the
-templates TRL ships, read from the installed TRL, whose tool-call parsing TRL knows), and the response prefix
-a template pre-fills. Some
+"""Chat templates: the `model.chat_template` override, and the response prefix a template pre-fills. Some
 templates (Qwen3, DeepSeek-R1 distills) end the generation prompt with `<think>`, which the model then never
 writes itself: rewards and eval must read `prefix + completion`, or a perfect `think` answer would be judged
 unformatted."""
@@ -10,34 +8,22 @@ from pathlib import Path
 
 from grpo_common.errors import ConfigError
 
-# Reasoning openers a template may pre-fill at the start of the assistant turn.
-_OPENERS = ("<think>", "<reasoning>")
-
-
+_OPENERS = ("<think>", "<reasoning>")  # reasoning openers a template may pre-fill
 TRL_PREFIX = "trl:"
 
 
-def trl_templates() -> dict[str, Path]:
-    """TRL's shipped chat templates by name (its *_training variants are its own business), found without
-    importing TRL."""
-    spec = importlib.util.find_spec("trl")
-    folder = Path(spec.origin).parent / "chat_templates" if spec and spec.origin else None
-    if folder is None or not folder.is_dir():
-        return {}
-    return {p.stem: p for p in sorted(folder.glob("*.jinja")) if not p.stem.endswith("_training")}
-
-
 def load_chat_template(value: str, key: str = "model.chat_template") -> str:
-    """A Jinja string, the path of a .jinja file holding one, or trl:<name>, read from TRL byte for byte (TRL
-    recognises its templates by identity: that is how it knows how to parse their tool calls)."""
+    """A Jinja string, the path of a .jinja file holding one, or trl:<name>: one of the templates TRL ships,
+    read byte for byte (TRL recognises its templates by identity: that is how it parses their tool calls)."""
     if value.startswith(TRL_PREFIX):
-        shipped = trl_templates()
-        if (path := shipped.get(value[len(TRL_PREFIX) :])) is None:
+        folder = Path(importlib.util.find_spec("trl").origin).parent / "chat_templates"  # TRL not imported
+        shipped = sorted(p.stem for p in folder.glob("*.jinja") if not p.stem.endswith("_training"))
+        if (name := value[len(TRL_PREFIX) :]) not in shipped:
             raise ConfigError(
                 f"{key}={value}: the installed TRL ships no such template; accepted: trl:<name> for one of "
                 f"{', '.join(shipped) or '(none found)'}; a Jinja template; or a .jinja file"
             )
-        return path.read_text(encoding="utf-8")
+        return (folder / f"{name}.jinja").read_text(encoding="utf-8")
     if "{%" in value or "{{" in value:
         return value
     if (path := Path(value).expanduser()).is_file():

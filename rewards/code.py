@@ -1,7 +1,7 @@
-"""Code with test cases: the code_tests reward and a completion's program run against its task's test suite
-in the sandbox. A Python suite runs as one program per solution through `_HARNESS` (its verdict on a line
-tagged with a nonce read from stdin); other languages run a program per test, which passes when it exits 0
-in time and the language's epilogue then echoes the nonce (README: The code sandbox)."""
+"""The code_tests reward, and programs run against their task's test suite in the sandbox: a Python suite as
+one program per solution through `_HARNESS` (its verdict on a line tagged with a nonce read from stdin); other
+languages as a program per test, passing when it exits 0 in time and the language's epilogue then echoes the
+nonce (README: The code sandbox)."""
 
 from __future__ import annotations
 
@@ -106,14 +106,14 @@ def _run_tests(program, prompt, setup, entry, steps, per_test):
 """
 
 
-def parse_verdict(stdout: str, nonce: str, total: int) -> list[bool] | None:
-    """The harness's results (one per counted test) from its nonce-tagged line; None if absent or forged."""
+def passed_tests(stdout: str, nonce: str, total: int) -> int:
+    """How many tests the harness's nonce-tagged line says passed; 0 if it is absent or forged."""
     line = next((ln for ln in reversed(stdout.splitlines()) if ln.startswith(nonce + " ")), None)
     try:
         results = json.loads(line[len(nonce) + 1 :]) if line is not None else None
     except ValueError:
-        return None
-    return [bool(r) for r in results] if isinstance(results, list) and len(results) == total else None
+        return 0
+    return sum(bool(r) for r in results) if isinstance(results, list) and len(results) == total else 0
 
 
 @dataclass(frozen=True)
@@ -175,8 +175,8 @@ class Outcome:
 
 
 def assemble(solution: str, suite: TestSuite) -> str:
-    """The solution as a program: after the task's prompt code, if there is one (a full function
-    redefines the prompt's stub; an indented body completes it)."""
+    """The solution after the task's prompt code, if any (a full function redefines the prompt's stub; an
+    indented body completes it)."""
     if not suite.prompt:
         return solution
     whole = re.search(r"^(?:def|class|import|from) ", solution, re.MULTILINE)
@@ -184,8 +184,8 @@ def assemble(solution: str, suite: TestSuite) -> str:
 
 
 def run_suites(solutions: Sequence[str | None], suites: Sequence[TestSuite], timeout=2.0, executor=None):
-    """An Outcome per solution against its suite, all programs of the batch in parallel; `timeout`: seconds
-    per test. A missing solution passes nothing without running."""
+    """An Outcome per solution against its suite (None: passes nothing), the batch's programs in parallel;
+    `timeout`: seconds per test."""
     executor = executor or get_executor()
     programs, owners = [], []  # owners: (solution index, "harness" or "test", nonce)
     for i, (solution, suite) in enumerate(zip(solutions, suites)):
@@ -216,8 +216,7 @@ def run_suites(solutions: Sequence[str | None], suites: Sequence[TestSuite], tim
     for (i, kind, nonce), result in zip(owners, results):
         outcome = outcomes[i]
         if kind == "harness":
-            verdict = parse_verdict(result.stdout, nonce, outcome.total)
-            outcome.passed = sum(verdict) if verdict else 0
+            outcome.passed = passed_tests(result.stdout, nonce, outcome.total)
         elif result.ok and (nonce is None or result.stdout.rstrip("\n").rsplit("\n", 1)[-1] == nonce):
             outcome.passed += 1
     return outcomes
@@ -225,9 +224,9 @@ def run_suites(solutions: Sequence[str | None], suites: Sequence[TestSuite], tim
 
 def code_tests(ctx, base_weight=1.0, perfect_bonus=1.0, **moved):
     """`fraction of tests passed x base_weight + perfect_bonus x 1[all passed]` (the Q recipe's reward);
-    None for a row that is not a code task (TRL leaves it out of the sum). The verdicts are the
-    tasks' own (ctx.judge: TaskSet.judge), so the suite is the task's choice, the same for the eval."""
-    if moved:  # the suite is the task's choice now, shared by training and eval
+    None for a row that is not a code task (TRL leaves it out of the sum). The verdicts are the tasks' own
+    (ctx.judge: TaskSet.judge), so the suite is the task's choice, the same in the eval."""
+    if moved:
         key = min(moved)
         raise ConfigError(
             f"dataset.rewards.code_tests.{key}: set it on the code task instead, dataset.tasks.<task>.config."
@@ -244,9 +243,9 @@ def code_tests(ctx, base_weight=1.0, perfect_bonus=1.0, **moved):
         judged = ctx.judge([completion_text(completions[i]) for i in runnable], picked)
         perfect = [fraction >= 1.0 for _, fraction in judged]
         scores = [f * base_weight + (perfect_bonus if ok else 0.0) for (_, f), ok in zip(judged, perfect)]
-        if runnable:  # correct: all tests pass
+        if runnable:
             log_stats(kwargs, picked, scores, perfect, judged)
         by_row = dict(zip(runnable, scores))
-        return [by_row.get(i) for i in range(len(completions))]  # None: not a code task
+        return [by_row.get(i) for i in range(len(completions))]
 
     return reward

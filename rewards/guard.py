@@ -1,7 +1,6 @@
 """A reward call cannot end the run (README "When things go wrong"): an exception, a call past `timeout`, the
 wrong number of scores or a score that is not a finite number fails that call, whose completions score None
-(TRL leaves them out; the other rewards still count). Each failure is counted in `rewards/<name>/errors` (the
-share of that reward's calls that failed, through TRL's `log_metric`) and kept in reward_errors.jsonl (the
+(TRL leaves them out). Each failure is counted in `rewards/<name>/errors` and kept in reward_errors.jsonl (the
 first with its traceback and the completion that raised); the trainer reads `take()` after each step and stops
 the run when a reward fails too often (grpo.reward_errors_stop_at: grpo_recipes/train/stopping.py)."""
 
@@ -97,7 +96,7 @@ class RewardFaults:
         return scores
 
     def _record(self, name: str, error: str, trace: str | None, fn: Callable, kwargs: dict, at) -> None:
-        state = kwargs.get("trainer_state")  # TRL passes it; the fixed eval does not
+        state = kwargs.get("trainer_state")
         record = {"step": state.global_step + 1, "split": "train"} if state is not None else {"split": "eval"}
         record |= {"reward": name, "error": error.splitlines()[0] if error else "error"}
         if name not in self.first:  # its first failure: one line, and where and on what in the file

@@ -17,9 +17,8 @@ from rewards.guard import RewardFaults
 
 
 def completion_text(completion: Any) -> str:
-    """TRL passes a list of messages for chat prompts and a plain string otherwise. With tools the list holds
-    every turn: the answer is the last assistant turn's (TRL can end a rollout on a tool result, whose text
-    is the tool's, not the model's)."""
+    """A plain string, or for chat prompts a list of messages: then the answer is the last assistant turn's
+    (with tools, TRL can end a rollout on a tool result, whose text is not the model's)."""
     if isinstance(completion, str):
         return completion
     if isinstance(completion, list) and completion and isinstance(completion[-1], dict):
@@ -108,9 +107,9 @@ def _check_signature(fn: Callable, key: str) -> None:
     """A reward that can never accept TRL's call is refused before anything loads, in one line."""
     import inspect
 
-    # What TRL passes every reward (GRPOTrainer._calculate_rewards), then the recipe's dataset columns.
+    # What TRL passes every reward (GRPOTrainer._calculate_rewards; environments= with env=), then columns.
     trl = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric")
-    trl += ("environments",)  # with env= (TRL's environment_factory); a reward without **kwargs would fail
+    trl += ("environments",)
     columns = ("question", "answer", "task", "metadata")
     try:
         sig = inspect.signature(fn)
@@ -130,7 +129,7 @@ def _named(fn: Callable, name: str, ctx: RewardContext) -> Callable:
     """`fn` under its YAML name, reading each completion as the whole reply (`ctx.response_prefix`, set once
     the tokenizer is loaded, + the completion); a failing call scores None and is recorded (guard.py)."""
 
-    def reward(**kwargs):  # as TRL calls every reward: prompts=, completions=, completion_ids=, columns
+    def reward(**kwargs):
         if prefix := ctx.response_prefix:
             kwargs["completions"] = [with_prefix(c, prefix) for c in kwargs["completions"]]
         return ctx.faults.call(fn, name, kwargs)

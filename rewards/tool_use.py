@@ -1,7 +1,5 @@
-"""Reward terms over a tool rollout's turns (TRL passes `completions` as every message after the prompt: the
-assistant turns, with their parsed `tool_calls`, and each tool result as a `tool` message), counted by the
-rule the fixed eval counts with (grpo_common/tool_use.py): a call counts when its result reached the model.
-Both are optional: off unless named in dataset.rewards."""
+"""Reward terms over a tool rollout's turns (TRL's `completions`: every message after the prompt), counted by
+the fixed eval's rule (grpo_common/tool_use.py): a call counts when its result reached the model."""
 
 from __future__ import annotations
 
@@ -9,8 +7,7 @@ from grpo_common.tool_use import tool_use
 
 
 def tool_format(ctx):
-    """1 when the rollout made at least one tool call that parsed and ran (its result reached the model),
-    else 0."""
+    """1 when at least one tool call of the rollout ran, else 0."""
 
     def reward(completions, **kwargs) -> list[float]:
         return [1.0 if tool_use(c).calls else 0.0 for c in completions]

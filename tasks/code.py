@@ -21,8 +21,7 @@ INSTRUCTION = "Return the complete function in a single ```python code block."
 
 
 class CodeDataset(ProceduralDataset):
-    """Scores extracted programs by running the entry's tests; the task's `max_tests` and `test_timeout` set
-    the suite for training and eval alike."""
+    """Scores programs by running the entry's tests, limited by the task's `max_tests` and `test_timeout`."""
 
     # dataset.holdout: the metadata fields an eval problem's function and template are read from
     holdout_fields: ClassVar[dict[str, str]] = {"function": "entry_point", "template": "template"}
@@ -92,10 +91,9 @@ class HumanEvalConfig:
 
 
 class HumanEvalDataset(CodeDataset):
-    """HumanEval in a seeded order (164 problems; an index past the end wraps)."""
+    """HumanEval in a seeded order (an index past the end wraps); a problem is its own template."""
 
     task = "humaneval"
-    # a problem is its own template
     holdout_fields: ClassVar[dict[str, str]] = {"function": "entry_point", "template": "task_id"}
 
     def __init__(self, config: HumanEvalConfig):
@@ -136,10 +134,11 @@ class CodeFileConfig:
         self.problems()
 
     def problems(self) -> list[tuple]:
+        """(question, tests, entry point, setup, solution) of each row."""
         table = read(source_key(self.path))
         table.require(question_column=self.question_column, tests_column=self.tests_column)
         keys = ("question_column", "tests_column", "entry_point_column", "setup_column", "solution_column")
-        out = []  # (question, tests, entry point, setup, solution)
+        out = []
         for row, (question, tests, entry, setup, solution) in enumerate(
             zip(*(table.column(getattr(self, key)) for key in keys))
         ):
@@ -153,10 +152,10 @@ class CodeFileConfig:
 
 
 class CodeFileDataset(CodeDataset):
-    """Problems from a file in a seeded order (an index past the end wraps)."""
+    """Problems from a file in a seeded order (an index past the end wraps); a row is its own template, and
+    without an entry point its own function (tasks/registry.py)."""
 
     task = "code_file"
-    # a row is its own template; a row without an entry point is its own function (tasks/registry.py)
     holdout_fields: ClassVar[dict[str, str]] = {"function": "entry_point", "template": "row"}
 
     def __init__(self, config: CodeFileConfig):

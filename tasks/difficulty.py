@@ -22,18 +22,15 @@ def top_level(task: str) -> int | None:
 
 
 def config_at(task: str, level: int, config: Mapping[str, Any]) -> dict[str, Any]:
-    """`task`'s config at `level`: its curriculum's attributes over `config` (other keys keep their value)."""
+    """`task`'s config at `level`: its curriculum's attributes over `config` (seed and size: the recipe's)."""
     registered(task)
     curriculum = create_curriculum(task)
     curriculum.set_global_level(level)
     generated = curriculum.generate_configuration(defaults=dict(config))
     if hasattr(generated, "validate"):
         generated.validate()
-    return {
-        f.name: getattr(generated, f.name)
-        for f in dataclasses.fields(generated)
-        if f.init and f.name not in MANAGED_KEYS  # seed and size stay the recipe's
-    }
+    fields = [f.name for f in dataclasses.fields(generated) if f.init and f.name not in MANAGED_KEYS]
+    return {name: getattr(generated, name) for name in fields}
 
 
 class LevelController:
@@ -66,8 +63,7 @@ class LevelController:
             recent.clear()
         return changed
 
-    def state(self) -> dict[str, Any]:
-        """JSON-able: the levels and each task's window (a resume continues exactly)."""
+    def state(self) -> dict[str, Any]:  # JSON-able: a resume continues exactly
         return {"levels": dict(self.levels), "windows": {t: list(w) for t, w in self.windows.items()}}
 
     def load_state(self, state: Mapping[str, Any]) -> None:

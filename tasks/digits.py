@@ -16,8 +16,8 @@ INTEGER = re.compile(r"[+-]?(\d{1,3}(,\d{3})+|\d+)")  # thousands grouped by com
 
 
 class _IntegerAnswerDataset(ProceduralDataset):
-    """Scored as integers: '28', ' 28 ', '0028' and '1,234' are numbers; '28%', '56/2' or '2.8e1' are not
-    what these tasks ask for (an answer form only grpo_common.answers' general matcher accepts)."""
+    """Scored as integers: '28', ' 28 ', '0028' and '1,234' are; '28%', '56/2' or '2.8e1' (which the general
+    matcher accepts) are not what these tasks ask for."""
 
     def __init__(self, config):
         super().__init__(config=config, seed=config.seed, size=config.size)
@@ -91,10 +91,9 @@ def _range(name: str, levels: list, description: str, field: str = "") -> RangeA
 
 
 # Each level's range is a (low, high) pair, taken as is by reasoning-gym's curriculum context, so a level
-# is one exact range. Level 0 is within reach of a 135M model; the top level is the task's default.
+# is one exact range. Level 0 (one 2-digit number) is within reach of a 135M model; the top level is the
+# task's default.
 class SumDigitsCurriculum(BaseCurriculum):
-    """Level 0 is the `sum_digits` dataset's problems (which its worked example shows)."""
-
     def __init__(self):
         super().__init__(SumDigitsCurriculum.__name__, SumDigitsConfig)
         self._define_attributes(
@@ -104,8 +103,6 @@ class SumDigitsCurriculum(BaseCurriculum):
 
 
 class ReverseDigitsCurriculum(BaseCurriculum):
-    """Level 0 is the `reverse_digits` dataset's problems (two-digit numbers)."""
-
     def __init__(self):
         super().__init__(ReverseDigitsCurriculum.__name__, ReverseDigitsConfig)
         levels = [(10, 99), (10, 999), (100, 9_999), (1_000, 99_999), (10_000, 999_999), (100_000, 9_999_999)]

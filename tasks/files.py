@@ -111,7 +111,7 @@ def _read_file(path: Path) -> Table:
                 raise ValueError(  # noqa: TRY004 - bad user data, reported like every other config error
                     f"path '{source}': row {i} is {type(row).__name__}, not an object with named columns"
                 )
-            columns.update(dict.fromkeys(map(str, row)))
+            columns.update(dict.fromkeys(row))
         return Table(source, list(columns), len(rows), {c: [row.get(c) for row in rows] for c in columns})
     reader = csv.DictReader(io.StringIO(text, newline=""), delimiter="\t" if kind == "tsv" else ",")
     rows = list(reader)
@@ -121,7 +121,7 @@ def _read_file(path: Path) -> Table:
 
 @lru_cache(maxsize=4)
 def read(key: tuple) -> Table:
-    """The table `source_key` names, read once per key."""
+    """The table a `source_key` names, read once per key."""
     kind, where, *rest = key
     if kind == "file":
         return _read_file(Path(where))

@@ -44,9 +44,8 @@ class LeveledTasks:
     def __getitem__(self, idx: int) -> dict[str, Any]:
         """The problem at `idx` at the current levels; its `level`: None for a task without a curriculum."""
         if idx not in self._drawn:
-            total = self.size * MAX_DRAWS  # the composite's size
             draws = (
-                self._composite[(idx + shift + attempt * self.size) % total]
+                self._composite[(idx + shift + attempt * self.size) % len(self._composite)]
                 for shift in range(NEIGHBOURS)  # shift 0: the index's own draws
                 for attempt in range(MAX_DRAWS)
             )

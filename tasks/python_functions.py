@@ -2,7 +2,6 @@
 7.", a template of `TEMPLATES` with a number k and a letter c drawn, an example input shown in the question,
 and `num_tests` asserts on other inputs."""
 
-import functools
 import string
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,116 +28,93 @@ def _an_int(lo: int, hi: int) -> Callable[[Random], int]:
     return lambda rng: rng.randint(lo, hi)
 
 
-# name -> (signature, description, body, argument maker); {k} / {c} are drawn per problem. The reference
-# solution is `def <signature>: <body>`: it is the entry's answer and computes the tests' expected values.
+# name -> (signature, description, returned expression, argument maker); {k} / {c} are drawn per problem. The
+# reference solution `def <signature>: return <expression>` is the entry's answer and computes the tests'.
 TEMPLATES: dict[str, tuple[str, str, str, Callable[[Random], Any]]] = {
-    "add_k": ("add_{k}(x)", "returns x plus {k}", "return x + {k}", _an_int(-50, 50)),
-    "times_k": ("times_{k}(x)", "returns x multiplied by {k}", "return x * {k}", _an_int(-20, 20)),
+    "add_k": ("add_{k}(x)", "returns x plus {k}", "x + {k}", _an_int(-50, 50)),
+    "times_k": ("times_{k}(x)", "returns x multiplied by {k}", "x * {k}", _an_int(-20, 20)),
     "is_multiple_of_k": (
         "is_multiple_of_{k}(n)",
         "returns True if n is divisible by {k}, else False",
-        "return n % {k} == 0",
+        "n % {k} == 0",
         _an_int(0, 60),
     ),
-    "square": ("square(x)", "returns x squared", "return x * x", _an_int(-12, 12)),
-    "absolute": ("absolute(x)", "returns the absolute value of x", "return abs(x)", _an_int(-40, 40)),
-    "list_sum": (
-        "list_sum(xs)",
-        "returns the sum of the numbers in the list xs",
-        "return sum(xs)",
-        _int_list,
-    ),
-    "list_max": (
-        "list_max(xs)",
-        "returns the largest number in the non-empty list xs",
-        "return max(xs)",
-        _int_list,
-    ),
-    "last_item": (
-        "last_item(xs)",
-        "returns the last element of the non-empty list xs",
-        "return xs[-1]",
-        _int_list,
-    ),
+    "square": ("square(x)", "returns x squared", "x * x", _an_int(-12, 12)),
+    "absolute": ("absolute(x)", "returns the absolute value of x", "abs(x)", _an_int(-40, 40)),
+    "list_sum": ("list_sum(xs)", "returns the sum of the numbers in the list xs", "sum(xs)", _int_list),
+    "list_max": ("list_max(xs)", "returns the largest number in the non-empty list xs", "max(xs)", _int_list),
+    "last_item": ("last_item(xs)", "returns the last element of the non-empty list xs", "xs[-1]", _int_list),
     "count_evens": (
         "count_evens(xs)",
         "returns how many even numbers are in the list xs",
-        "return sum(1 for x in xs if x % 2 == 0)",
+        "sum(1 for x in xs if x % 2 == 0)",
         _int_list,
     ),
-    "reverse_string": ("reverse_string(s)", "returns the string s reversed", "return s[::-1]", _word),
-    "repeat_k": ("repeat_{k}(s)", "returns the string s repeated {k} times", "return s * {k}", _word),
+    "reverse_string": ("reverse_string(s)", "returns the string s reversed", "s[::-1]", _word),
+    "repeat_k": ("repeat_{k}(s)", "returns the string s repeated {k} times", "s * {k}", _word),
     "count_char": (
         "count_{c}(s)",
         "returns how many times the letter '{c}' appears in the string s",
-        "return s.count('{c}')",
+        "s.count('{c}')",
         _word,
     ),
-    "to_upper": ("to_upper(s)", "returns the string s in upper case", "return s.upper()", _word),
+    "to_upper": ("to_upper(s)", "returns the string s in upper case", "s.upper()", _word),
     "is_palindrome": (
         "is_palindrome(s)",
         "returns True if the string s reads the same backwards, else False",
-        "return s == s[::-1]",
+        "s == s[::-1]",
         lambda rng: rng.choice([_word(rng), "aba", "abba", "c"]),
     ),
     # Two-step problems, harder than the one-liners above (the code preset's set; base rate not yet measured).
     "sum_of_digits": (
         "sum_of_digits(n)",
         "returns the sum of the decimal digits of the non-negative integer n",
-        "return sum(int(d) for d in str(n))",
+        "sum(int(d) for d in str(n))",
         _an_int(0, 99999),
     ),
     "sum_evens": (
         "sum_evens(xs)",
         "returns the sum of the even numbers in the list xs",
-        "return sum(x for x in xs if x % 2 == 0)",
+        "sum(x for x in xs if x % 2 == 0)",
         _int_list,
     ),
     "count_greater_k": (
         "count_greater_than_{k}(xs)",
         "returns how many numbers in the list xs are greater than {k}",
-        "return sum(1 for x in xs if x > {k})",
+        "sum(1 for x in xs if x > {k})",
         _int_list,
     ),
     "max_minus_min": (
         "max_minus_min(xs)",
         "returns the largest number in the non-empty list xs minus the smallest",
-        "return max(xs) - min(xs)",
+        "max(xs) - min(xs)",
         _int_list,
     ),
     "remove_char": (
         "remove_{c}(s)",
         "returns the string s with every letter '{c}' removed",
-        "return s.replace('{c}', '')",
+        "s.replace('{c}', '')",
         _word,
     ),
     "multiply_items_k": (
         "multiply_items_by_{k}(xs)",
         "returns a new list with every number of the list xs multiplied by {k}",
-        "return [x * {k} for x in xs]",
+        "[x * {k} for x in xs]",
         _int_list,
     ),
     "is_sorted": (
         "is_sorted(xs)",
         "returns True if the list xs is in non-decreasing order, else False",
-        "return xs == sorted(xs)",
+        "xs == sorted(xs)",
         lambda rng: rng.choice([_int_list(rng), sorted(_int_list(rng))]),
     ),
     "clamp_k": (
         "clamp_{k}(x)",
         "returns x limited to the range 0 to {k}: 0 if x is below 0, {k} if x is above {k}, else x",
-        "return max(0, min(x, {k}))",
+        "max(0, min(x, {k}))",
         _an_int(-20, 20),
     ),
 }
-
-
-@functools.cache
-def _reference(source: str, entry_point: str) -> Callable:
-    """The template's own solution as a function (our source, never a model's)."""
-    namespace: dict[str, Any] = {}
-    exec(source, namespace)  # noqa: S102 - the fixed templates above, formatted with a digit and a letter
-    return namespace[entry_point]
 
 
 @dataclass
@@ -172,8 +148,10 @@ class PythonFunctionsDataset(CodeDataset):
         k, c = rng.randint(2, 20), rng.choice("abcdefgh")
         signature, description, body = (t.format(k=k, c=c) for t in (signature, description, body))
         entry_point = signature.split("(")[0]
-        answer = f"def {signature}:\n    {body}\n"
-        reference = _reference(answer, entry_point)
+        answer = f"def {signature}:\n    return {body}\n"
+        namespace: dict[str, Any] = {}
+        exec(answer, namespace)  # noqa: S102 - our own template, formatted with a number and a letter
+        reference = namespace[entry_point]
         # The example is drawn apart from the tests and never one of them: with it among the tests, a program
         # that returns the example's output passed every test of some problems.
         example, inputs, tries = make_input(rng), [], 0

@@ -27,7 +27,7 @@ def _text(value: Any) -> str:
 
 @lru_cache(maxsize=8)
 def _pairs(key: tuple, question_column: str, answer_column: str, answer_format: str) -> tuple:
-    """((question, final answer), ...) of the table at `key`; every error names its key."""
+    """((question, final answer), ...) of the table at `key`; every error names its config key."""
     table = files.read(key)
     table.require(question_column=question_column, answer_column=answer_column)
     questions = [_text(v).strip() for v in table.column(question_column)]
@@ -52,8 +52,7 @@ def _pairs(key: tuple, question_column: str, answer_column: str, answer_format: 
 
 
 @lru_cache(maxsize=4)
-def _order(rows: int, seed: int, epoch: int) -> list[int]:
-    """The rows' order in pass `epoch` over them: a permutation of its own."""
+def _order(rows: int, seed: int, epoch: int) -> list[int]:  # each pass over the rows: its own order
     order = list(range(rows))
     Random(f"{NAME}:{seed}:{epoch}").shuffle(order)
     return order
@@ -90,8 +89,6 @@ class QAFileConfig:
 
 
 class QAFileDataset(ProceduralDataset):
-    """Rows of a question/answer file in a seeded order."""
-
     def __init__(self, config: QAFileConfig):
         super().__init__(config=config, seed=config.seed, size=config.size)
         self.pairs = config.pairs()

@@ -16,8 +16,8 @@ from grpo_common import formats
 from grpo_common.errors import ConfigError
 from grpo_common.formats import Extraction
 
-# Our own tasks, by the module that registers them on import: imported when a task of it is first used,
-# so a run without them never loads it; `available_tasks` lists them all the same.
+# Our own tasks, by the module that registers them on import: imported on first use, so a run without
+# them never loads it; `available_tasks` lists them all the same.
 OWN_TASKS = {
     "sum_digits": "tasks.digits",
     "reverse_digits": "tasks.digits",
@@ -27,8 +27,7 @@ OWN_TASKS = {
     "python_functions": "tasks.python_functions",
 }
 CODE_TASKS = {"humaneval", "code_file", "python_functions"}  # answered by programs, run against tests
-# dataset.holdout: what an eval problem keeps out of training (auto: function for a code task, else question)
-HOLDOUTS = ("question", "function", "template")
+HOLDOUTS = ("question", "function", "template")  # dataset.holdout, besides auto
 MANAGED_KEYS = {"seed", "size"}  # in every reasoning-gym config; the recipe sets them (dataset.seed, sizes)
 JUDGED_KEPT = 4096  # verdicts TaskSet.judge remembers (a few steps' completions and an eval)
 ALIASES = {"game_of_24": "puzzle24", "24_game": "puzzle24", "countdown_game": "countdown"}  # common names
@@ -43,8 +42,8 @@ def is_code_task(name: str) -> bool:
 
 
 def holdout_of(task: str, setting: str = "auto") -> str:
-    """What an eval problem of `task` keeps out of training under `dataset.holdout=setting`: auto is a code
-    task's function (its problems differ only by their example input), the question otherwise."""
+    """What an eval problem of `task` keeps out of training: auto is a code task's function (its problems
+    differ only by their example input), the question otherwise."""
     if setting == "auto":
         return "function" if is_code_task(task) else "question"
     if setting not in HOLDOUTS:
@@ -64,7 +63,7 @@ def normalised(question: str) -> str:
 
 def holdout_key(entry: Mapping[str, Any], setting: str = "auto") -> str:
     """What an entry or row holds out of training: its normalised question, or a code task's function
-    (`clamp_5`) or template, from its metadata under the task's `holdout_fields`."""
+    (`clamp_5`) or template, read from the metadata field its dataset's `holdout_fields` names."""
     metadata = entry["metadata"]
     metadata = json.loads(metadata) if isinstance(metadata, str) else metadata
     task = str(entry.get("task") or metadata.get("source_dataset"))
@@ -112,11 +111,6 @@ def validate_tasks(tasks: Mapping[str, Any], where: str | None = None) -> dict[s
         weight, config = spec.get("weight", 1.0), dict(spec.get("config") or {})
         if not isinstance(weight, (int, float)) or weight <= 0:
             raise ConfigError(f"{path}.weight must be a positive number, got {weight!r}")
-        if name == "composite":
-            raise ConfigError(
-                f"{group}: 'composite': reasoning-gym's mixture wrapper is not a task: "
-                "list the tasks to mix under dataset.tasks"
-            )
         if name not in names:
             raise ConfigError(
                 f"{group}: unknown task '{name}'.{_suggest(name, names)} "
@@ -148,13 +142,10 @@ class TaskSet:
         self.prompt_format = prompt_format
         self.holdout = {name: holdout_of(name, holdout) for name in self.spec}  # a task that cannot: refused
         self.holdout_setting = holdout
+        self.names = list(self.spec)
         self._scorer = self._composite(size=1, seed=0)
         # one verification per completion, shared by a step's rewards and a later eval of the same text
         self._judged: OrderedDict[str, tuple[Extraction, float]] = OrderedDict()
-
-    @property
-    def names(self) -> list[str]:
-        return list(self.spec)
 
     def _composite(self, size: int, seed: int) -> CompositeDataset:
         specs = [DatasetSpec(name, s["weight"], dict(s["config"])) for name, s in self.spec.items()]
@@ -169,13 +160,12 @@ class TaskSet:
         return holdout_key(entry, self.holdout_setting)
 
     def sample(self, size: int, seed: int, exclude_keys: set[str] = ()) -> list[dict[str, Any]]:
-        """`size` draws from `seed`, less those whose hold-out key is excluded."""
-        draws = self._composite(size, seed)
-        return [e for e in draws if not exclude_keys or self.key(e) not in exclude_keys]
+        """`size` draws, less those whose hold-out key is excluded."""
+        return [e for e in self._composite(size, seed) if not exclude_keys or self.key(e) not in exclude_keys]
 
     def distinct(self, size: int, seed: int, exclude_keys=(), draws: int = 4096) -> tuple[list[dict], int]:
-        """Up to `size` problems in draw order from `seed`, no two with the same hold-out key or normalised
-        question, none with a key in `exclude_keys`; and the draws made."""
+        """Up to `size` problems in draw order, no two with the same hold-out key or normalised question,
+        none with a key in `exclude_keys`; and the number of draws made."""
         composite = self._composite(max(draws, size), seed)
         keys, questions, out = set(exclude_keys), set(), []
         for i, entry in enumerate(composite):
@@ -189,13 +179,12 @@ class TaskSet:
         return out, len(composite)
 
     def extract(self, text: str, task: str | None) -> Extraction:
-        """The answer in a completion: a code task's program is read as code whatever the prompt format asks
-        (the code preset has `think`, with the program inside <answer>)."""
+        """A code task's program is read as code whatever the prompt format (the code preset's `think`)."""
         return formats.reader(self.prompt_format, task in CODE_TASKS).extract(text)
 
     def judge(self, texts: list[str], entries: list[Mapping[str, Any]]) -> list[tuple[Extraction, float]]:
-        """Extract and score a batch, each (text, entry) once (a group's identical completions too); tasks
-        that score in batches (code: programs run in parallel) do."""
+        """Extract and score a batch, each (text, entry) once; a task that scores in batches (code: programs
+        run in parallel) is given its share at once."""
         # a short digest of each (completion, entry): a HumanEval entry alone is kilobytes
         fields = ("task", "question", "answer", "metadata")
         raw = ["\x00".join(map(str, (t, *map(e.get, fields)))) for t, e in zip(texts, entries)]
@@ -236,11 +225,8 @@ class TaskSet:
         # with a tuple of tuples, so a correct grid scored 0.05 from a row.
         if isinstance(metadata, str):
             metadata = json.loads(metadata)
-            if isinstance(metadata, dict) and metadata.get("source_dataset") in ("arc_agi", "rearc"):
-                try:
-                    metadata = {**metadata, "output": tuple(tuple(row) for row in metadata["output"])}
-                except (KeyError, TypeError):
-                    pass
+            if metadata.get("source_dataset") in ("arc_agi", "rearc"):
+                metadata = {**metadata, "output": tuple(map(tuple, metadata["output"]))}
         ref = entry["answer"]
         full = {"question": entry.get("question", ""), "answer": ref, "metadata": metadata}
         score = self._verify(answer, full)

@@ -59,6 +59,8 @@ def test_a_hostile_session_call_is_a_tool_error_and_the_session_goes_on(quick_sa
     reply = session.python(code="import os\nwhile True: os.fork()")
     assert reply.startswith(ERROR_PREFIX), reply
     assert session.python(code="print(y)") == "3"
+    assert session.python(code="z = 5\nprint('error: just text')") == "error: just text"
+    assert session.python(code="print(z)") == "5"  # it ran without error: kept, whatever it printed
     assert session.python(code="") == f"{ERROR_PREFIX}`code` must be a non-empty string of Python"
 
 
@@ -93,6 +95,14 @@ def test_feedback_scores_with_the_tasks_own_verifier():
     env.reset(**row)  # every column, as TRL passes the row
     assert env.submit(answer="not a number").startswith("that is not correct")
     assert env.submit(answer=row["answer"]) == "correct" and env.get_reward() == 0.5
+
+
+def test_env_tools_names_the_tools_each_environment_gives():
+    from tools import ENV_TOOLS
+
+    for name, tools in ENV_TOOLS.items():
+        environment = make_environment_factory(name, max_output_chars=1, max_turns=1, scorer=_exact)()
+        assert tuple(t.__name__ for t in environment_tools(environment)) == tools
 
 
 def test_an_unknown_environment_or_a_missing_verifier_is_refused():

@@ -12,9 +12,21 @@ from tests.conftest import declared, read_jsonl
 CONFIG = Path(__file__).resolve().parents[1] / "config"
 
 
+# FixedEvaluator's own keywords; the rest of `given` is the eval group
+OWN = (
+    "max_new_tokens",
+    "response_prefix",
+    "rewards",
+    "holdout",
+    "tools",
+    "max_tool_iterations",
+    "chat_template_kwargs",
+)
+
+
 def evaluator(rows, taskset, tokenizer, prompt_format="answer_tag", **given):
     """A FixedEvaluator with the eval group's declared defaults (config/knobs.py), `given` over them."""
-    own = {k: given.pop(k) for k in ("max_new_tokens", "response_prefix", "rewards", "holdout") if k in given}
+    own = {k: given.pop(k) for k in OWN if k in given}
     return FixedEvaluator(rows, taskset, tokenizer, prompt_format, {**declared("eval"), **given}, **own)
 
 
@@ -383,3 +395,26 @@ def test_callback_runs_each_step_once_and_a_resume_reads_its_earlier_evals(tmp_p
         resumed.on_train_end(None, state, None, model=model)
         assert [step for step, _ in resumed.evaluator.calls] == expected
         assert resumed.evaluator.marks == [(False, True)] * len(expected)  # not the first: step 0 was
+
+
+def test_the_eval_renders_prompts_with_grpo_chat_template_kwargs(tiny):
+    """grpo.chat_template_kwargs reach the eval's prompts as they reach TRL's, with and without tools: Qwen3's
+    template with enable_thinking=false opens an empty think block."""
+    import copy
+
+    from grpo_common.templates import load_chat_template
+    from tools import build_tools
+
+    _, tokenizer = tiny
+    tokenizer = copy.deepcopy(tokenizer)
+    tokenizer.chat_template = load_chat_template("trl:qwen3")
+    taskset, rows = eval_rows(2)
+    tools = {"tools": build_tools(["calculator"], 100), "max_tool_iterations": 1}
+    for kwargs in ({}, {"enable_thinking": False}):
+        plain = evaluator(rows, taskset, tokenizer, max_new_tokens=8, chat_template_kwargs=kwargs)
+        looped = evaluator(rows, taskset, tokenizer, max_new_tokens=8, chat_template_kwargs=kwargs, **tools)
+        rendered = [plain.texts[0], tokenizer.decode(looped.prompt_ids[0])]
+        think = kwargs == {"enable_thinking": False}
+        # (the tiny tokenizer decodes the template's "\n\n" as <unk>)
+        assert ["</think>" in t[-16:] for t in rendered] == [think] * 2
+        assert "calculator" in rendered[1] and "calculator" not in rendered[0]

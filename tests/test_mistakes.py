@@ -60,7 +60,7 @@ CASES = [
     (
         "group option",
         ["experiment=digit"],
-        "experiment=digit: no such option. Did you mean: digits, digits_source?",
+        "experiment=digit: no such option. Did you mean: digits, digits_tools, digits_source?",
     ),
     ("group option", ["logger=wand"], "logger=wand: no such option. Did you mean: wandb?"),
     ("group option", ["dataset=arithmatic"], "dataset=arithmatic: no such option. Did you mean: arithmetic?"),

@@ -20,9 +20,7 @@ def recorder(tmp_path, every=2, count=2):
         every=every,
         count=count,
         judge=judge,
-        max_completion_length=4,
         eos_token_ids={EOS},
-        report_to=["none"],
     )
 
 
@@ -70,7 +68,7 @@ def test_each_reward_component_extraction_and_truncation_are_recorded(tmp_path):
         assert funcs[0](prompts, completions, completion_ids=ids, **kwargs) == [1.0, 0.0, None]
         funcs[1](prompts, completions, completion_ids=ids, **kwargs)
         state = SimpleNamespace(global_step=step, is_world_process_zero=True)
-        rec.on_step_end(None, state, None)
+        rec.on_step_end(SimpleNamespace(max_completion_length=4, report_to=["none"]), state, None)
     assert calls == [3, 3, 3]  # the rewards themselves run on the whole batch
     rows = read_samples(tmp_path / "samples.jsonl")
     assert list(rows) == [1, 2]  # step 3 is not sampled (every 2)

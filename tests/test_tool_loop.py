@@ -11,6 +11,7 @@ import importlib.util
 import pytest
 import transformers
 
+from grpo_common.tool_use import ToolUse, tool_use
 from grpo_recipes.config.trainer_args import recipe_grpo_config_class
 from grpo_recipes.evaluation.generation import HFGenerator
 from grpo_recipes.evaluation.tool_loop import ToolLoop
@@ -20,7 +21,6 @@ from grpo_recipes.train.sampling_kl import SamplingKLTrainer
 from rewards import sandbox
 from tests.conftest import ROOT
 from tools import build_tools
-from tools.usage import ToolUse, tool_use
 
 # TRL 1.16 calls transformers' deprecated alias on every generation (as in test_sampling_kl.py)
 pytestmark = pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing.*:FutureWarning")

@@ -52,7 +52,7 @@ def test_tool_format_pays_a_call_that_ran_and_tool_errors_the_share_of_error_rep
 
 
 def test_the_tool_rewards_count_as_the_fixed_eval_counts():
-    from tools.usage import tool_use
+    from grpo_common.tool_use import tool_use
 
     (fmt, errors), _ = _rewards("tool_format", "tool_errors")
     uses = [tool_use(c) for c in COMPLETIONS]
@@ -193,9 +193,7 @@ def test_samples_record_each_turn_and_the_environments_reward(tmp_path):
         1,
         8,
         lambda texts, rows: [(None, 0.0)] * len(texts),
-        400,
         {0},
-        ["none"],
         tools=True,
     )
     env = Feedback(lambda a, e: 1.0, 2)
@@ -211,7 +209,7 @@ def test_samples_record_each_turn_and_the_environments_reward(tmp_path):
         answer=["1"] * n,
         environments=[env] * n,
     )
-    rows = recorder.records(1)
+    rows = recorder.records(1, SimpleNamespace(max_completion_length=400))
     assert rows[1]["turns"][1] == {"role": "tool", "content": "error: NameError: name 'x' is not defined"}
     assert rows[1]["turns"][0]["tool_calls"] == [CALL] and rows[1]["completion"] == "[ANSWER] 1"
     assert (rows[1]["tool_calls"], rows[1]["tool_errors"]) == (2, 1)

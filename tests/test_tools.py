@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from grpo_common.tool_use import ToolUse, is_tool_error, tool_use
+from grpo_recipes.evaluation.metrics import usage_metrics
 from rewards import sandbox
 from tools import ERROR_PREFIX, TOOL_NAMES, build_tools, cut
-from tools.usage import ToolUse, is_tool_error, tool_use, usage_metrics
 
 LIMIT = 300  # tools.max_output_chars in these tests
 

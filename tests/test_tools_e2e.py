@@ -4,6 +4,9 @@ line before anything is written. The tiny random model never calls a tool by its
 its generate write a python call, then the answer it read (tests/scripted/sitecustomize.py)."""
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -101,3 +104,39 @@ def test_an_environment_and_a_tool_of_the_same_name_are_refused_in_one_line(tmp_
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert len(proc.stderr.strip().splitlines()) == 1 and "keep one (tools=none, or env=none)" in proc.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_tools_under_two_process_ddp_count_each_rollout_once(tmp_path):
+    """Two CPU processes (accelerate, DDP): each runs TRL's tool loop on its own share of the rollouts and of
+    the fixed eval; the eval's shards are gathered with their turns, and training's tool metrics count both
+    processes' rollouts."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(ROOT / "config/accelerate/cpu_ddp.yaml"),
+        str(ROOT / "train_grpo.py"),
+        *TINY,
+        "eval.size=6",  # 3 problems a rank
+        "tools=python",
+        "grpo.max_completion_length=160",
+        "grpo.per_device_train_batch_size=8",
+        f"output_root={tmp_path}",
+        "run_name=ddp_tools",
+    ]
+    env = {"SCRIPTED_TOOL_CALLS": "1", "PYTHONPATH": f"{ROOT / 'tests/scripted'}:{ROOT}"}
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=600, cwd=ROOT, env={**os.environ, **env}
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_dir = tmp_path / "ddp_tools"
+    assert "cpu x2, DDP" in (run_dir / "train.log").read_text()
+    train = [m for m in read_jsonl(run_dir / "metrics.jsonl") if "train/tools/call_frequency" in m]
+    assert [m["step"] for m in train] == [1, 2]  # logged once per step, not once per process
+    assert all(m["train/tools/call_frequency"] == 1.0 and m["train/reward"] > 0 for m in train)
+    result = json.loads((run_dir / "eval_results/eval_step_2.json").read_text())
+    fixed = [e for e in result["examples"] if e.get("eval_set") is None]
+    assert sorted(e["index"] for e in fixed) == list(range(6))  # both ranks' shards, each problem once
+    assert all(e["tool_calls"] == 1 and e["turns"][1]["content"] == e["answer"] for e in fixed)
+    assert result["metrics"]["tools/calls_per_problem"] == 1.0 and result["metrics"]["accuracy"] == 1.0

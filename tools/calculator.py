@@ -55,7 +55,6 @@ def _value(node: ast.AST) -> int | float:
 
 
 def calculate(expression: str, max_output_chars: int) -> str:
-    """The expression's value as text, or an error; never raises."""
     if not isinstance(expression, str) or not expression.strip():
         return f"{ERROR_PREFIX}`expression` must be a non-empty string"
     if len(expression) > MAX_CHARS:
@@ -73,7 +72,7 @@ def calculate(expression: str, max_output_chars: int) -> str:
     return cut(ERROR_PREFIX + message, max_output_chars)
 
 
-def make_calculator(max_output_chars: int) -> Callable[[str], str]:
+def make(max_output_chars: int) -> Callable[[str], str]:
     def calculator(expression: str) -> str:
         """Evaluate an arithmetic expression.
 

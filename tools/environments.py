@@ -2,12 +2,7 @@
 (pooled, so `reset` must wipe everything), calls `reset(**row)` with the dataset row's columns before
 generation (what it returns is appended to the last user message), offers each public method as a tool, and,
 when the class has `get_reward()`, adds it as one more reward (weight 1, logged under the class name).
-
-- PythonSession: a `python(code)` whose variables persist across the calls of one rollout.
-- Feedback: a `submit(answer)` scored by the task's verifier, with "try again" up to `max_turns` times.
-
-Neither raises: a failure comes back to the model as `error: ...`, counted as the tools' are
-(grpo_common/tool_use.py)."""
+Neither environment raises: a failure comes back to the model as `error: ...`, counted as the tools' are."""
 
 from __future__ import annotations
 
@@ -17,35 +12,29 @@ from typing import Any
 
 from tools import ENV_TOOLS, ERROR_PREFIX
 
-# The row columns a task's verifier reads (grpo_recipes/train/data.py to_row)
-ENTRY_COLUMNS = ("question", "answer", "task", "metadata")
+ENTRY_COLUMNS = ("question", "answer", "task", "metadata")  # what a task's verifier reads of a row
 
 
-def session_program(cells: list[str], code: str) -> str:
-    """One program: the earlier cells replayed with their output (and an exit) swallowed, then `code`."""
-    return (
-        "import contextlib as _session_c, io as _session_io\n"
-        f"for _session_cell in {cells!r}:\n"
-        "    with _session_c.redirect_stdout(_session_io.StringIO()), "
-        "_session_c.redirect_stderr(_session_io.StringIO()):\n"
-        "        try:\n"
-        '            exec(compile(_session_cell, "<earlier cell>", "exec"), globals())\n'
-        "        except SystemExit:\n"
-        "            pass\n"
-        "del _session_c, _session_io\n"
-        f'exec(compile({code!r}, "<cell>", "exec"), globals())\n'
-    )
+# One program: the earlier cells replayed with their output (and an exit) swallowed, then the new one.
+SESSION_PROGRAM = """import contextlib as _session_c, io as _session_io
+for _session_cell in {cells!r}:
+    _session_sink = _session_io.StringIO()
+    with _session_c.redirect_stdout(_session_sink), _session_c.redirect_stderr(_session_sink):
+        try:
+            exec(compile(_session_cell, "<earlier cell>", "exec"), globals())
+        except SystemExit:
+            pass
+del _session_c, _session_io
+exec(compile({code!r}, "<cell>", "exec"), globals())
+"""
 
 
 class PythonSession:
-    """A Python session per rollout, every call in the sandbox (rewards/sandbox, with the `sandbox` limits).
-
-    The sandbox runs one throw-away program per call, so the session keeps no live interpreter: each call runs
-    the rollout's earlier successful cells again, silently, then the new cell, in one sandboxed program, and
-    returns only the new cell's output. Simple and safe: no process outlives a call and nothing is shared
-    between rollouts (`reset` empties the cells). The cost: the time limit covers the replay too, a failed
-    cell is not kept (its partial effects are gone), and a cell that draws random numbers or reads the clock
-    gets new values when replayed."""
+    """`python(code)` whose variables persist across the calls of one rollout. The sandbox runs one throw-away
+    program per call, so each call replays the rollout's earlier successful cells silently, then runs the new
+    one: no process outlives a call, nothing is shared between rollouts. The cost: the time limit covers the
+    replay, a failed cell is not kept, and a cell that draws random numbers or reads the clock gets new
+    values when replayed."""
 
     def __init__(self, max_output_chars: int):
         self._max_output_chars = max_output_chars
@@ -67,16 +56,16 @@ class PythonSession:
 
         if not isinstance(code, str) or not code.strip():
             return f"{ERROR_PREFIX}`code` must be a non-empty string of Python"
-        reply = run_python(session_program(self._cells, code), self._max_output_chars)
-        if not reply.startswith(ERROR_PREFIX):
+        ok, reply = run_python(SESSION_PROGRAM.format(cells=self._cells, code=code), self._max_output_chars)
+        if ok:
             self._cells.append(code)
         return reply
 
 
 class Feedback:
-    """Multi-turn answering for any task: the model submits an answer, the task's verifier scores it, a wrong
-    one gets "that is not correct, try again" while turns are left. `get_reward()`: 1 when the first answer is
-    right, 1/max_turns less for each extra turn used, 0 when no answer was right."""
+    """`submit(answer)`, scored by the task's verifier; a wrong answer gets "try again" while turns are left.
+    `get_reward()`: 1 when the first answer is right, 1/max_turns less for each extra turn used, 0 when none
+    was right."""
 
     def __init__(self, scorer: Callable[[str | None, Mapping[str, Any]], float], max_turns: int):
         self._scorer, self._max_turns = scorer, max_turns
@@ -84,7 +73,7 @@ class Feedback:
         self._turns, self._solved_at = 0, None
 
     def reset(self, **row) -> str:
-        """The row's task entry (TRL passes every dataset column); the note appended to the question."""
+        """Keeps the row's task entry (TRL passes every column); returns the note appended to the question."""
         self._entry = {k: row[k] for k in ENTRY_COLUMNS if k in row}
         self._turns, self._solved_at = 0, None
         tries = "once" if self._max_turns == 1 else f"up to {self._max_turns} times"

@@ -10,10 +10,10 @@ from grpo_common.errors import first_line
 from tools import ERROR_PREFIX, cut
 
 
-def run_python(code: str, max_output_chars: int) -> str:
-    """What the program prints, or the last line of its error; never raises."""
+def run_python(code: str, max_output_chars: int) -> tuple[bool, str]:
+    """(whether it ran without error, what it printed or the last line of its error); never raises."""
     if not isinstance(code, str) or not code.strip():
-        return f"{ERROR_PREFIX}`code` must be a non-empty string of Python"
+        return False, f"{ERROR_PREFIX}`code` must be a non-empty string of Python"
     from rewards.sandbox import get_executor
     from rewards.sandbox.executor import Program
 
@@ -21,21 +21,23 @@ def run_python(code: str, max_output_chars: int) -> str:
         executor = get_executor()
         result = executor.run([Program(code)])[0]
     except Exception as err:  # noqa: BLE001 - a tool's failure is the model's to read, not the trainer's
-        return cut(f"{ERROR_PREFIX}the sandbox could not run it ({first_line(err)})", max_output_chars)
+        return False, cut(f"{ERROR_PREFIX}the sandbox could not run it ({first_line(err)})", max_output_chars)
+    if result.ok:
+        return True, cut(
+            result.stdout.rstrip("\n") or "(no output: print() the values you need)", max_output_chars
+        )
     if result.error is not None:
         message = result.error
     elif result.timed_out:
         message = f"timed out after {executor.timeout:g} s"
-    elif result.returncode != 0:
+    else:
         lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
         message = lines[-1].strip() if lines else f"exit code {result.returncode}"
         message = message.replace("_sandbox_guard.<locals>.", "")  # the guard's refusal, named plainly
-    else:
-        return cut(result.stdout.rstrip("\n") or "(no output: print() the values you need)", max_output_chars)
-    return cut(ERROR_PREFIX + message, max_output_chars)
+    return False, cut(ERROR_PREFIX + message, max_output_chars)
 
 
-def make_python(max_output_chars: int) -> Callable[[str], str]:
+def make(max_output_chars: int) -> Callable[[str], str]:
     def python(code: str) -> str:
         """Run a short Python program and read what it prints.
 
@@ -45,6 +47,6 @@ def make_python(max_output_chars: int) -> Callable[[str], str]:
         Returns:
             The program's output, or the last line of its error.
         """
-        return run_python(code, max_output_chars)
+        return run_python(code, max_output_chars)[1]
 
     return python

@@ -28,15 +28,15 @@ class RecipeGRPOFields:
 
     fast_paths: Any = knob("auto", Choice("auto", True, False), "the CPU speed-ups (README)", resume=True)
     no_signal_warning: int = knob(
-        3, STEPS, "warn after N steps without reward variance (0: off)", resume=True
+        3, STEPS, "warn after N steps with no reward variance (0: off)", resume=True
     )
     dynamic_sampling: bool = knob(False, BOOL, "DAPO's dynamic sampling: train only on groups that differ")
     dynamic_sampling_max_draws: int = knob(4, COUNT, "at most this many generation batches per step")
     reward_timeout: float = knob(600.0, Float(0), "seconds a reward call may take (0: no limit)", resume=True)
     reward_errors_stop_at: float = knob(
-        0.5, PROB, "stop when this share of a reward's calls failed over the window", resume=True
+        0.5, PROB, "stop when this share of a reward's calls fail", resume=True
     )
-    reward_errors_window: int = knob(10, COUNT, "steps of that window", resume=True)
+    reward_errors_window: int = knob(10, COUNT, "steps over which that share is counted", resume=True)
 
 
 @dataclass
@@ -72,14 +72,10 @@ class GRPO(RecipeGRPOFields):
     delta: Any = knob(TRL_DEFAULT, Float(above=0, optional=True), "two-sided clip")
     max_grad_norm: float = knob(TRL_DEFAULT, Float(0), "gradient clipping")
     weight_decay: float = knob(TRL_DEFAULT, Float(0), "AdamW's weight decay")
-    gradient_checkpointing: Any = knob(
-        TRL_DEFAULT, OPT_BOOL, "alias of activation_checkpointing", resume=True
-    )
+    gradient_checkpointing: Any = knob(TRL_DEFAULT, OPT_BOOL, "activation_checkpointing's alias", resume=True)
     fp16: bool = knob(TRL_DEFAULT, BOOL, "fp16 mixed precision")
     importance_sampling_level: str = knob(TRL_DEFAULT, Choice("token", "sequence"), "token | sequence (GSPO)")
     vllm_mode: str = knob(TRL_DEFAULT, Choice("server", "colocate"), "where vLLM runs")
     mask_truncated_completions: bool = knob(TRL_DEFAULT, BOOL, "leave cut-off completions out of the loss")
     vllm_gpu_memory_utilization: float = knob(TRL_DEFAULT, Float(above=0, high=1), "vLLM's GPU share")
-    max_tool_calling_iterations: Any = knob(
-        TRL_DEFAULT, Int(1, optional=True), "tool-calling turns per rollout (null: until the length limit)"
-    )
+    max_tool_calling_iterations: Any = knob(TRL_DEFAULT, Int(1, optional=True), "tool turns per rollout")

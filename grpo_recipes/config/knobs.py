@@ -98,12 +98,8 @@ class Model:
     path: str = knob("???", STR, "a hub id, a local dir, embedded:<name> or tiny-random")
     dtype: str = knob("auto", Choice(*DTYPE_NAMES), "auto: fp32 on CPU, bf16 on a GPU that supports it")
     attn_implementation: Any = knob(None, OPT_STR, "null: transformers' default (sdpa)", resume=True)
-    chat_template: Any = knob(
-        None, OPT_STR, "replaces the tokenizer's: a Jinja template, a .jinja file, or trl:<name> (TRL's)"
-    )
-    tool_chat_template: Any = knob(
-        None, OPT_STR, "with tools= and no model.chat_template: the template used (its own cannot call tools)"
-    )
+    chat_template: Any = knob(None, OPT_STR, "the tokenizer's, replaced: Jinja, a .jinja file, or trl:<name>")
+    tool_chat_template: Any = knob(None, OPT_STR, "the template with tools= (when its own cannot call tools)")
     response_prefix: Any = knob("auto", OPT_STR, "what the template pre-fills: auto | none | a string")
     lora: Lora = field(default_factory=Lora)
 
@@ -124,7 +120,7 @@ class Dataset:
     prompt_format: str = knob("answer_tag", STR, "plain | answer_tag | think | code")
     system_prompt: Any = knob(None, OPT_STR, "null: the prompt format's default system prompt")
     few_shot: Any = knob(
-        [], Value("list", optional=True), "worked examples: [{question, completion}], each may add tool_calls"
+        [], Value("list", optional=True), "worked examples: [{question, completion, tool_calls?}]"
     )
     train_size: int = knob(2000, COUNT, "training problems")
     seed: int = knob(1, Int(0), "the training problems' seed")
@@ -157,21 +153,15 @@ class Sandbox:
 
 @dataclass
 class Tools:
-    names: list = knob(
-        [], Value("list", item=Choice(*TOOL_NAMES)), "tools the model may call mid-answer (TRL's tools=)"
-    )
+    names: list = knob([], Value("list", item=Choice(*TOOL_NAMES)), "tools the model may call (TRL's tools=)")
     max_output_chars: int = knob(
-        400, COUNT, "a tool's reply (an env= method's too) is cut to this many characters"
+        400, COUNT, "a tool's (or env= method's) reply is cut to this many characters"
     )
 
 
 @dataclass
 class Env:
-    name: Any = knob(
-        None,
-        Choice(*ENV_TOOLS, optional=True),
-        "a stateful environment per rollout (TRL's environment_factory); null: none",
-    )
+    name: Any = knob(None, Choice(*ENV_TOOLS, optional=True), "a stateful environment per rollout (TRL's)")
     max_turns: int = knob(3, COUNT, "feedback: answers the model may submit per rollout")
 
 

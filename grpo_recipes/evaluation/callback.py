@@ -1,6 +1,6 @@
-"""When training runs the fixed evaluation (evaluator.py): at step 0, every `eval.every_n_steps` steps and at
-the end, each step once (a resumed run reads its earlier evals back); metrics go out as `eval_<name>`. Each
-eval after the first is checked for reward hacking against the train reward (console.py)."""
+"""When training runs the fixed evaluation: at step 0, every `eval.every_n_steps` steps and at the end, each
+step once (a resumed run reads its earlier evals back); each eval after the first is checked for reward
+hacking (console.py)."""
 
 from __future__ import annotations
 
@@ -67,12 +67,9 @@ class FixedEvalCallback(TrainerCallback):
             from grpo_recipes.evaluation.console import check_hacking, record_hacking, train_rewards
             from grpo_recipes.outputs.logs import eval_file
 
-            previous = max(earlier)
-            before, now = earlier[previous]["accuracy"], metrics["accuracy"]
-            rewards = train_rewards(state.log_history)
-            check = check_hacking(
-                rewards, step, previous, before, now, self.hacking_window, self.hacking_drop
-            )
+            rewards, previous = train_rewards(state.log_history), max(earlier)
+            before, window, drop = earlier[previous]["accuracy"], self.hacking_window, self.hacking_drop
+            check = check_hacking(rewards, step, previous, before, metrics["accuracy"], window, drop)
             metrics["reward_hacking"] = int(check is not None and check["raised"])
             if state.is_world_process_zero:
                 record_hacking(eval_file(out_dir, step), check)

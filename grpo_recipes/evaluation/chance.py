@@ -1,6 +1,5 @@
-"""The chance line: what constant answers score on the fixed eval, by each task's own verifier, so that an
-accuracy is read against what answering without looking would get (a 13 Yes / 11 No syllogism set pays
-54 % for "Yes" every time). Computed once, at the run's first eval."""
+"""The chance line: what constant answers score on the fixed eval by each task's own verifier, computed at the
+first eval (a 13 Yes / 11 No syllogism set pays 54 % for "Yes" every time)."""
 
 from __future__ import annotations
 
@@ -8,15 +7,13 @@ import json
 from collections import Counter, defaultdict
 from typing import Any
 
-# the task's most common reference answer for every problem (not for code: a reference program solves its own
-# problem, no constant could), the empty answer, and (code tasks, run in the sandbox as a model's programs
-# are) a program returning the prompt's example output whatever the input
+# the most common reference answer (not for code: a reference program solves its own problem only), the empty
+# answer, and (code tasks) a program returning the prompt's example output whatever the input
 CONSTANTS = ("majority", "empty", "example_output")
 
 
 def example_program(row: dict[str, Any]) -> str | None:
-    """`def <entry_point>(*args, **kwargs): return <example output>` for a Python code row whose metadata has
-    `example_output` (the value, as JSON); None without one."""
+    """`def <entry_point>(*args, **kwargs): return <example output>` for a Python row, else None."""
     meta = row.get("metadata")
     meta = json.loads(meta) if isinstance(meta, str) else meta or {}
     entry, language = meta.get("entry_point"), meta.get("language") or "python"
@@ -35,8 +32,8 @@ def _scores(taskset, task: str, answers: list[str | None], rows: list[dict]) -> 
 
 
 def chance_table(rows: list[dict[str, Any]], taskset) -> tuple[dict[str, dict[str, float]], dict[str, str]]:
-    """({task: {constant: accuracy}}, {task: its majority label}) over the fixed `rows`, plus "all tasks":
-    each constant over every row (0 where it does not apply) and `best`, each task's best constant."""
+    """({task: {constant: accuracy}}, {task: its majority label}), plus "all tasks": each constant over every
+    row and `best`, each task's best constant."""
     from tasks.registry import is_code_task
 
     by_task: dict[str, list[dict]] = defaultdict(list)
@@ -60,7 +57,7 @@ def chance_table(rows: list[dict[str, Any]], taskset) -> tuple[dict[str, dict[st
         table[task] = {name: c / n for name, c in correct.items()}
         overall.update(correct)
         best_correct += max(correct.values())
-    total = sum(len(v) for v in by_task.values()) or 1
+    total = len(rows) or 1
     table["all tasks"] = {name: overall[name] / total for name in CONSTANTS if name in overall}
     table["all tasks"]["best"] = best_correct / total
     return table, labels

@@ -1,8 +1,6 @@
-"""What an eval tells the user: one line of the fixed eval's numbers (greedy accuracy first, the cut-off count
-beside it), then the chance line (first eval), the curriculum's levels, the transfer set and a few examples;
-and its alarms: a last accuracy that does not clear the chance line, and reward hacking (the train reward
-rising while the fixed-eval accuracy falls: the policy found a way to be paid that is not the task, README
-"What the model wrote"), checked at each eval after the first and recorded in its JSON for report.md."""
+"""What an eval tells the user: its numbers, and its alarms: a last accuracy that does not clear the chance
+line, and reward hacking (the train reward rising while the fixed-eval accuracy falls: the policy is paid for
+something that is not the task), checked at each eval after the first and recorded in its JSON."""
 
 from __future__ import annotations
 
@@ -22,9 +20,11 @@ def cut_off(rows: list[dict[str, Any]]) -> str:
     return f"{sum(r['truncated'] for r in rows)}/{len(rows)} cut off"
 
 
-def log_eval(ev, step: int, m: dict[str, float], examples: list[dict], fixed: list[dict], chance_line=None):
-    """`ev`: the FixedEvaluator; `examples`: every row scored, `fixed`: the fixed eval's among them;
-    `chance_line`: chance.describe, at the first eval."""
+def log_eval(ev, step: int, m: dict[str, float], examples: list[dict], chance_line: str | None = None):
+    """`ev`: the FixedEvaluator; `chance_line`: chance.describe, at the first eval."""
+    from grpo_recipes.evaluation.metrics import fixed_examples
+
+    fixed = fixed_examples(examples)
     extra = "".join(f"  pass@{k} {m[f'pass@{k}']:.3f}" for k in ev.ks)
     extra += f"  reward {m['reward']:.3f}" if "reward" in m else ""
     log.info(
@@ -101,8 +101,7 @@ def alarm_message(c: dict[str, Any]) -> str:
 
 
 def record_hacking(path: Path, check: dict | None) -> None:
-    """The check into its eval's JSON (`reward_hacking`: the numbers and `raised`; the metric too), and the
-    warning when it is raised."""
+    """The check into its eval's JSON (`reward_hacking`, and the metric), and the warning when raised."""
     from grpo_recipes.outputs.logs import write_atomic
 
     raised = int(check is not None and check["raised"])

@@ -1,10 +1,6 @@
 """The fixed evaluation, in training (callback.py) and alone (`eval_only`): the same problems generated
-greedily, written to `eval_results/eval_step_<N>.json`. Rows marked `eval_level` (the curriculum's per-level
-problems) count only in `level/<task>/<level>/accuracy`; rows marked `eval_set` (the transfer set) only in
-`<eval_set>/...`, generated at the run's first and last evals. The first also computes the chance line
-(chance.py). With tools or an environment, each problem is a multi-turn rollout through training's tool loop
-(tool_loop.py), every turn recorded; an environment's own reward (`get_reward`) is `env/reward`. Every rank
-generates its shard; rank 0 writes."""
+greedily, written to `eval_results/eval_step_<N>.json`; every rank generates its shard, rank 0 writes. With
+tools or an environment each problem is a multi-turn rollout through training's tool loop (tool_loop.py)."""
 
 from __future__ import annotations
 
@@ -15,8 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from grpo_common.formats import get_format
-from grpo_recipes.evaluation.metrics import EVAL_MARKS, fixed_examples, is_fixed, summarize
-from tools.usage import tool_use
+from grpo_common.tool_use import tool_use
+
+# the eval's own marks on a row (`transfer`: which transfer set), not columns a reward is given
+EVAL_MARKS = ("eval_level", "eval_set", "transfer")
+
+
+def is_fixed(row: dict[str, Any]) -> bool:
+    return all(row.get(mark) is None for mark in EVAL_MARKS)
 
 
 def rank_shard(indices: list[int], rank: int, world: int) -> list[int]:
@@ -44,14 +46,12 @@ class FixedEvaluator:
         tools: Sequence[Callable] = (),
         max_tool_iterations: int | None = None,
         environment_factory: Callable[[], Any] | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
     ):
         self.rows, self.taskset, self.tokenizer = rows, taskset, tokenizer
         self.settings = settings  # the eval group (config/knobs.py Eval)
-        self.prompt_format, self.max_new_tokens, self.batch_size = (
-            prompt_format,
-            max_new_tokens,
-            settings["batch_size"],
-        )
+        self.prompt_format, self.max_new_tokens = prompt_format, max_new_tokens
+        self.batch_size = settings["batch_size"]
         self.format = get_format(prompt_format)
         temperature = settings["temperature"]
         self.greedy_temperature = temperature if settings["do_sample"] else None  # None: greedy
@@ -67,13 +67,21 @@ class FixedEvaluator:
         if tools or environment_factory:
             from grpo_recipes.evaluation.tool_loop import ToolLoop
 
-            loop = ToolLoop(tokenizer, tools, max_tool_iterations, max_new_tokens, environment_factory)
-            self.loop = loop
+            self.loop = ToolLoop(
+                tokenizer,
+                tools,
+                max_tool_iterations,
+                max_new_tokens,
+                environment_factory,
+                chat_template_kwargs,
+            )
             # an environment's prompt is known once it is reset, at each eval; plain tools' once
-            self.prompt_ids = None if environment_factory else [loop.render(r["prompt"]) for r in rows]
+            self.prompt_ids = None if environment_factory else [self.loop.render(r["prompt"]) for r in rows]
         else:
             self.texts = [
-                tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False)
+                tokenizer.apply_chat_template(
+                    r["prompt"], add_generation_prompt=True, tokenize=False, **(chat_template_kwargs or {})
+                )
                 for r in rows
             ]
 
@@ -92,7 +100,8 @@ class FixedEvaluator:
         if self.loop is not None:
             environments = None
             if self.prompt_ids is None:  # a fresh environment per rollout, reset with the row's columns
-                rows = [self.columns(self.rows[i]) for i in indices for _ in range(n)]
+                columns = [{k: v for k, v in self.rows[i].items() if k not in EVAL_MARKS} for i in indices]
+                rows = [row for row in columns for _ in range(n)]
                 prompt_ids, environments = self.loop.start(rows)
             else:
                 prompt_ids = [self.prompt_ids[i] for i in indices for _ in range(n)]
@@ -111,18 +120,12 @@ class FixedEvaluator:
         return decoded if sampled else [group[0] for group in decoded]
 
     def _from_rollout(self, rollout, eos_ids: set[int]) -> tuple:
-        """As _decode's, for a multi-turn rollout: the text is its last assistant turn's (the answer, as the
-        rewards read it), the length counts the model's tokens only (as TRL's), and its turns and environment
-        come along."""
+        """As _decode's, plus turns and environment: the text is the last assistant turn's (as the rewards
+        read it), the length counts the model's tokens only (as TRL's)."""
         last = next((t for t in reversed(rollout.turns) if t.get("role") == "assistant"), {})
         text = self.response_prefix + str(last.get("content") or "")
         truncated = not rollout.ids or rollout.ids[-1] not in eos_ids
         return text, sum(rollout.mask), truncated, rollout.ids, rollout.turns, rollout.environment
-
-    @staticmethod
-    def columns(row: dict[str, Any]) -> dict[str, Any]:
-        """The row as TRL hands it to rewards and environments: without the eval's own marks."""
-        return {key: value for key, value in row.items() if key not in EVAL_MARKS}
 
     def _decode(self, ids: list[int], eos_ids: set[int]) -> tuple[str, int, bool, list[int]]:
         """(text, length, cut off at the limit, the completion's token ids up to its end)."""
@@ -155,7 +158,7 @@ class FixedEvaluator:
                 record |= {"num_samples": len(samples[k]), "samples_correct": correct_counts[k]}
             if rewards[k] is not None:
                 record["reward"] = rewards[k]
-            if self.loop is not None:  # every turn, and the calls counted as training's are (tools/usage.py)
+            if self.loop is not None:  # every turn; calls counted as in training (grpo_common/tool_use.py)
                 use = tool_use(rest[1])
                 record |= {"tool_calls": use.calls, "tool_errors": use.errors, "turns": rest[1]}
                 if hasattr(rest[2], "get_reward"):  # the environment's own reward, as TRL adds it
@@ -193,11 +196,12 @@ class FixedEvaluator:
     def run(
         self, model, accelerator, step: int, out_dir: Path | None, *, first=True, last=True, chance=None
     ) -> tuple[dict[str, float], list[dict]]:
-        """Generate, score, write and print one eval. `first` / `last`: the run's first and last eval
-        (eval_only: both); the transfer set is generated only at those two, the first computes the chance
-        line, and the last warns when its accuracy does not clear it (`chance`: the first eval's
-        `chance/accuracy`, given when this eval is not the first)."""
+        """Generate, score, write and print one eval. The transfer set is generated only at the run's `first`
+        and `last` evals (eval_only: both), the first computes the chance line, the last warns when its
+        accuracy does not clear it (`chance`: the first eval's `chance/accuracy`)."""
         from accelerate.utils import gather_object
+
+        from grpo_recipes.evaluation.metrics import summarize
 
         start = time.time()
         rank, world, main = accelerator.process_index, accelerator.num_processes, accelerator.is_main_process
@@ -238,7 +242,7 @@ class FixedEvaluator:
         if main:
             from grpo_recipes.evaluation import console
 
-            console.log_eval(self, step, metrics, examples, fixed_examples(examples), chance_line)
+            console.log_eval(self, step, metrics, examples, chance_line)
             if last and chance is not None:
                 console.warn_below_chance(step, metrics["accuracy"], chance)
         return metrics, examples

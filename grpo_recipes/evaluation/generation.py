@@ -11,25 +11,29 @@ def end_ids(model, tokenizer) -> set[int]:
     return {i for i in (eos if isinstance(eos, list) else [eos]) if i is not None}
 
 
-class HFGenerator:
-    def __init__(self, model, tokenizer, batch_size: int, progress: bool = False):
-        self.model, self.tokenizer, self.batch_size, self.progress = model, tokenizer, batch_size, progress
-        self.eos_token_ids = end_ids(model, tokenizer)
+class _Generator:
+    """`generate_ids` takes token ids: the tool loop's prompt + turns are never re-tokenised."""
+
+    def __init__(self, model, tokenizer):
+        self.model, self.tokenizer, self.eos_token_ids = model, tokenizer, end_ids(model, tokenizer)
 
     def generate(self, prompts: list[str], n: int, temperature: float | None, max_new_tokens: int):
         ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
         return self.generate_ids(ids, n, temperature, max_new_tokens)
 
-    def generate_ids(
-        self, prompt_ids: list[list[int]], n: int, temperature: float | None, max_new_tokens: int
-    ):
-        """`generate` on prompts given as token ids (the tool loop's: prompt + turns, never re-tokenised)."""
+
+class HFGenerator(_Generator):
+    def __init__(self, model, tokenizer, batch_size: int, progress: bool = False):
+        super().__init__(model, tokenizer)
+        self.batch_size, self.progress = batch_size, progress
+
+    def generate_ids(self, prompt_ids: list[list[int]], n: int, temperature: float | None, max_tokens: int):
         import torch
         from tqdm.auto import tqdm
         from transformers import GenerationConfig
 
         config = GenerationConfig(
-            max_new_tokens=max_new_tokens,
+            max_new_tokens=max_tokens,
             do_sample=temperature is not None,
             num_return_sequences=n,
             temperature=temperature,
@@ -55,25 +59,18 @@ class HFGenerator:
         return out
 
 
-class VLLMGenerator:
+class VLLMGenerator(_Generator):
     """The trainer's vLLM engine (trl.generation.vllm_generation.VLLMGeneration)."""
 
     def __init__(self, vllm_generation, tokenizer, model):
-        self.engine, self.tokenizer = vllm_generation, tokenizer
-        self.eos_token_ids = end_ids(model, tokenizer)
-        self.synced = False
+        super().__init__(model, tokenizer)
+        self.engine, self.synced = vllm_generation, False
 
-    def generate(self, prompts: list[str], n: int, temperature: float | None, max_new_tokens: int):
-        prompt_ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
-        return self.generate_ids(prompt_ids, n, temperature, max_new_tokens)
-
-    def generate_ids(
-        self, prompt_ids: list[list[int]], n: int, temperature: float | None, max_new_tokens: int
-    ):
+    def generate_ids(self, prompt_ids: list[list[int]], n: int, temperature: float | None, max_tokens: int):
         if not self.synced:  # the weights of this very step (collective: every rank takes part)
             self.engine.sync_weights()
             self.synced = True
-        sampling = {"n": n, "temperature": temperature or 0.0, "max_tokens": max_new_tokens}  # 0: greedy
+        sampling = {"n": n, "temperature": temperature or 0.0, "max_tokens": max_tokens}  # 0: greedy
         if self.engine.mode == "server":
             return self._server(prompt_ids, sampling)
         return self._colocate(prompt_ids, sampling)

@@ -1,26 +1,37 @@
-"""The fixed eval's numbers from its scored rows: overall and per task (accuracy, mean score, format, length,
-cut-offs, the rule that read each answer, pass@k), the curriculum's per-level sets and the transfer set apart
-from the headline."""
+"""The fixed eval's numbers from its scored rows."""
 
 from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 from grpo_common.formats import reader
-from tools.usage import usage_metrics
-
-# the eval's own marks on a row (`transfer`: which transfer set), not columns a reward is given
-EVAL_MARKS = ("eval_level", "eval_set", "transfer")
-
-
-def is_fixed(row: dict[str, Any]) -> bool:
-    return all(row.get(mark) is None for mark in EVAL_MARKS)
+from grpo_recipes.evaluation.evaluator import is_fixed
 
 
 def fixed_examples(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in rows if is_fixed(r)]
+
+
+def usage_metrics(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Tool metrics over records with `tool_calls`, `tool_errors` and `correct` (an accuracy is left out
+    where its group is empty)."""
+    n = max(len(rows), 1)
+    used = [r for r in rows if r["tool_calls"]]
+    unused = [r for r in rows if not r["tool_calls"]]
+    calls, errors = sum(r["tool_calls"] for r in rows), sum(r["tool_errors"] for r in rows)
+    out = {
+        "tools/calls_per_problem": calls / n,
+        "tools/used": len(used) / n,
+        "tools/errors_per_problem": errors / n,
+        "tools/error_rate": errors / calls if calls else 0.0,
+    }
+    for name, group in (("with_tool", used), ("without_tool", unused)):
+        if group:
+            out[f"tools/accuracy_{name}"] = sum(bool(r["correct"]) for r in group) / len(group)
+    return out
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

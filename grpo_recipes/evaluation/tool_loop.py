@@ -1,11 +1,8 @@
-"""The fixed eval's tool loop: TRL's multi-turn rollout (GRPOTrainer._tool_call_loop, private and bound to the
-trainer's sampling and state, so not callable here), rebuilt on TRL's public pieces: the prompt rendered with
-the tools and the chat template training renders with, each turn parsed by `parse_response`, tool results
-appended as token ids (no re-tokenisation), a result that would pass the completion's length limit rolled
-back, and at most `max_iterations` tool-calling turns. Batched: each turn is one generate call for every
-rollout still calling tools. With an environment (TRL's environment_factory), each rollout gets its own
-instance, reset with its row before its prompt is rendered (what `reset` returns is appended to the last user
-message) and offering its methods as tools, as GRPOTrainer does."""
+"""The fixed eval's tool loop: TRL's multi-turn rollout (GRPOTrainer._tool_call_loop is private and bound to
+the trainer) rebuilt on TRL's public pieces, batched: one generate call per turn for every rollout still
+calling tools. As TRL's: rendered with training's chat template, results appended as token ids, a result past
+the length limit rolled back, at most `max_iterations` tool turns, one environment per rollout, reset with its
+row."""
 
 from __future__ import annotations
 
@@ -15,27 +12,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-def training_chat_template(tokenizer) -> str | None:
-    """The template TRL's tool loop renders with: the tokenizer's own (None) when it preserves prefixes, else
-    TRL's prefix-preserving training variant of it (as GRPOTrainer picks at init)."""
-    from trl.chat_template_utils import get_training_chat_template, is_chat_template_prefix_preserving
-
-    return None if is_chat_template_prefix_preserving(tokenizer) else get_training_chat_template(tokenizer)
-
-
 @dataclass
 class Rollout:
-    """One problem's multi-turn completion."""
+    """One problem's multi-turn completion: `ids`, every token after the prompt, model turns and tool results;
+    `mask` 1 where the model wrote it (TRL's tool_mask); `turns`, the assistant and tool messages."""
 
     prompt_ids: list[int]
-    ids: list[int] = field(default_factory=list)  # every token after the prompt: model turns and tool results
-    mask: list[int] = field(
-        default_factory=list
-    )  # 1: written by the model, 0: a tool result (TRL's tool_mask)
-    turns: list[dict[str, Any]] = field(
-        default_factory=list
-    )  # assistant and tool messages, as TRL's completions
-    environment: Any = None  # this rollout's environment instance (None: plain tools)
+    ids: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    turns: list[dict[str, Any]] = field(default_factory=list)
+    environment: Any = None  # None: plain tools
 
 
 def call_tool(tools: dict[str, Callable], tool_call: dict[str, Any]) -> tuple[str, str]:
@@ -63,7 +49,10 @@ class ToolLoop:
         max_iterations: int | None,
         max_new_tokens: int,
         environment_factory: Callable[[], Any] | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
     ):
+        from trl.chat_template_utils import get_training_chat_template, is_chat_template_prefix_preserving
+
         from tools.environments import environment_tools
 
         self.tokenizer, self.standalone, self.factory = tokenizer, list(tools), environment_factory
@@ -74,20 +63,22 @@ class ToolLoop:
         self.by_name = {t.__name__: t for t in self.tools}
         self.max_iterations = sys.maxsize if max_iterations is None else max_iterations  # TRL's None
         self.max_new_tokens = max_new_tokens  # the whole completion's, tool results included (as TRL's)
-        self.chat_template = training_chat_template(tokenizer)
+        # as GRPOTrainer picks at init: the tokenizer's own template, or TRL's prefix-preserving variant of it
+        template = (
+            None if is_chat_template_prefix_preserving(tokenizer) else get_training_chat_template(tokenizer)
+        )
+        # grpo.chat_template_kwargs (enable_thinking=...): every rendering, as TRL passes them
+        self.template = {
+            "chat_template": template,
+            "tokenize": True,
+            "return_dict": False,
+            **(chat_template_kwargs or {}),
+        }
 
     def render(self, messages: list[dict[str, Any]]) -> list[int]:
         """The prompt's ids, with the tools' schemas, as TRL renders a training prompt."""
-        return list(
-            self.tokenizer.apply_chat_template(
-                messages,
-                tools=self.tools,
-                chat_template=self.chat_template,
-                add_generation_prompt=True,
-                tokenize=True,
-                return_dict=False,
-            )
-        )
+        apply = self.tokenizer.apply_chat_template
+        return list(apply(messages, tools=self.tools, add_generation_prompt=True, **self.template))
 
     def suffix_ids(self, tool_messages: list[dict[str, Any]]) -> list[int]:
         """The ids that follow an assistant turn to show its tool results and open the next assistant turn
@@ -97,11 +88,9 @@ class ToolLoop:
             {"role": "user", "content": "dummy"},
             {"role": "assistant", "content": "", "tool_calls": calls},
         ]
-        kw = {"tokenize": True, "chat_template": self.chat_template, "return_dict": False}
-        prefix = list(self.tokenizer.apply_chat_template(dummy, add_generation_prompt=False, **kw))
-        full = list(
-            self.tokenizer.apply_chat_template(dummy + tool_messages, add_generation_prompt=True, **kw)
-        )
+        apply = self.tokenizer.apply_chat_template
+        prefix = list(apply(dummy, add_generation_prompt=False, **self.template))
+        full = list(apply(dummy + tool_messages, add_generation_prompt=True, **self.template))
         eos = [i for i, t in enumerate(prefix) if t == self.tokenizer.eos_token_id]
         prefix = prefix[: eos[-1] + 1] if eos else prefix
         if full[: len(prefix)] != prefix:

@@ -22,10 +22,6 @@ class Hardware:
     bf16: bool  # the device that trains computes bf16 natively
     world_size: int
 
-    @property
-    def name(self) -> str:
-        return "cuda" if self.gpu else "cpu"
-
 
 def detect_hardware() -> Hardware:
     import torch
@@ -58,15 +54,15 @@ def _glibc():
 
 
 def trim_heap() -> bool:
-    """Give freed heap back to the OS (glibc only): glibc kept the KV cache and bf16 weight copies freed after
-    generation resident under the training forward's activations (benchmarks/RESULTS.md, target 6)."""
+    """Give freed heap back to the OS: glibc kept the KV cache and bf16 weight copies freed after generation
+    resident under the training forward's activations (benchmarks/RESULTS.md, target 6)."""
     return bool((libc := _glibc()) is not None and libc.malloc_trim(0))
 
 
 def resolve_activation_checkpointing(grpo: dict, model, hw: Hardware, lora: bool, memory_bytes=None) -> bool:
     """`activation_checkpointing: null` -> on only where the training state (weights + gradients + two AdamW
-    moments; weights alone under LoRA) is over a quarter of the device's memory (measured:
-    benchmarks/RESULTS.md, target 6). Sets the key in `grpo` and returns it."""
+    moments; weights alone under LoRA) is over a quarter of the device's memory (benchmarks/RESULTS.md,
+    target 6). Sets the key in `grpo` and returns it."""
     if grpo.get("activation_checkpointing") is None and grpo.get("gradient_checkpointing") is not None:
         grpo["activation_checkpointing"] = grpo["gradient_checkpointing"]  # the older name, set explicitly
     if grpo.get("activation_checkpointing") is None:

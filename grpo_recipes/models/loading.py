@@ -3,6 +3,7 @@ file in a PyPI package, converted once), tiny-random (tiny.py, saved once), or a
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import shutil
@@ -105,8 +106,6 @@ def ensure_tiny(seed: int) -> Path:
 def ensure_embedded(name: str) -> Path:
     """transformers dequantizes a GGUF file with `gguf_file=` but flags the result as quantized (Trainer
     refuses to fine-tune it, save_pretrained to write it): it is converted once into a plain model."""
-    import importlib.util
-
     target = cache_root() / name
     if target.is_dir():
         return target
@@ -142,14 +141,6 @@ def ensure_embedded(name: str) -> Path:
     return build_once(target, convert)
 
 
-def torch_dtype(name: str, on_gpu: bool):
-    import torch
-
-    if name == "auto":
-        return torch.bfloat16 if on_gpu and torch.cuda.is_bf16_supported() else torch.float32
-    return getattr(torch, DTYPES.get(name, name))  # a name config/knobs.py accepts
-
-
 def lora_config(lora: dict[str, Any], model_type: str):
     if not lora or not lora.get("enabled"):
         return None
@@ -178,8 +169,6 @@ def quantization_config(lora: dict[str, Any], on_gpu: bool):
             "model.lora.quantize (QLoRA) needs a CUDA GPU: bitsandbytes quantization does not run on "
             "this CPU-only machine; use plain LoRA (model.lora.quantize=null)"
         )
-    import importlib.util
-
     if importlib.util.find_spec("bitsandbytes") is None:
         raise ConfigError("model.lora.quantize needs bitsandbytes: pip install bitsandbytes")
     import torch
@@ -195,30 +184,19 @@ def quantization_config(lora: dict[str, Any], on_gpu: bool):
     )
 
 
-def _load_model(local: str, kwargs: dict[str, Any]):
-    from transformers import AutoModelForCausalLM
-
-    try:
-        return AutoModelForCausalLM.from_pretrained(local, **kwargs)
-    except OSError:
-        from grpo_recipes.models import weights
-
-        if (kind := weights.sharded_format(Path(local))) is None:
-            raise
-    log.info("%s holds %s shards and no weights file: consolidating them to load", local, kind)
-    return AutoModelForCausalLM.from_pretrained(str(weights.consolidated_copy(Path(local))), **kwargs)
-
-
 def load_model_and_tokenizer(
     model_cfg: dict[str, Any], on_gpu: bool, seed: int = 0, tools: bool | str = False
 ):
     """`tools`: the run gives the model tools (a string: the group that does, tools or env), so its chat
     template must be able to call them."""
-    from transformers import AutoTokenizer
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path = model_cfg["path"]
+    path, dtype = model_cfg["path"], model_cfg["dtype"]
     check_model_path(path)
-    kwargs = {"dtype": torch_dtype(model_cfg["dtype"], on_gpu)}
+    if dtype == "auto":
+        dtype = "bf16" if on_gpu and torch.cuda.is_bf16_supported() else "fp32"
+    kwargs = {"dtype": getattr(torch, DTYPES.get(dtype, dtype))}  # a name config/knobs.py accepts
     if model_cfg["attn_implementation"]:
         kwargs["attn_implementation"] = model_cfg["attn_implementation"]
     kwargs["quantization_config"] = quantization_config(model_cfg["lora"], on_gpu)  # None: from_pretrained's
@@ -233,7 +211,17 @@ def load_model_and_tokenizer(
         set_chat_template(
             tokenizer, model_cfg, tools
         )  # a template that cannot work: refused before the weights
-        model = _load_model(local, kwargs)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(local, **kwargs)
+        except OSError:
+            from grpo_recipes.models import weights
+
+            if (kind := weights.sharded_format(Path(local))) is None:
+                raise
+            log.info("%s holds %s shards and no weights file: consolidating them to load", local, kind)
+            model = AutoModelForCausalLM.from_pretrained(
+                str(weights.consolidated_copy(Path(local))), **kwargs
+            )
     except OSError as err:
         if "/" in path and not Path(local).exists() and not in_hub_cache(path):
             raise ConfigError(
@@ -252,9 +240,8 @@ def set_chat_template(tokenizer, model_cfg: dict[str, Any], tools: bool | str) -
     """model.chat_template over the tokenizer's; with tools (True, or the group giving them: tools or env)
     and no override, model.tool_chat_template."""
     path = model_cfg["path"]
-    key = next(
-        (k for k in ("chat_template", "tool_chat_template")[: 1 + bool(tools)] if model_cfg.get(k)), None
-    )
+    keys = ("chat_template", "tool_chat_template") if tools else ("chat_template",)
+    key = next((k for k in keys if model_cfg.get(k)), None)
     if key is not None:
         from grpo_common.templates import load_chat_template
 

@@ -88,7 +88,7 @@ class CompleteShardedCheckpoints(TrainerCallback):
 
 
 def save_final_model(trainer, out_dir: Path) -> None:
-    """trainer.save_model, then whatever makes `out_dir` load with from_pretrained. All ranks call this."""
+    """trainer.save_model, then whatever makes `out_dir` load with from_pretrained (all ranks call it)."""
     accelerator, model = trainer.accelerator, trainer.accelerator.unwrap_model(trainer.model)
     plugin = getattr(accelerator.state, "fsdp_plugin", None)
     if plugin is not None and "FULL_STATE_DICT" not in str(plugin.state_dict_type):

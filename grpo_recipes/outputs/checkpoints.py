@@ -71,14 +71,13 @@ def _publish(staged: Path, final: Path) -> None:
 def _rotate(run_dir: Path, limit: int | None, best: str | None) -> None:
     """transformers' rotate_checkpoints over whole checkpoints only (its `checkpoint-*` glob would count and
     delete the `checkpoint-N.damaged` a resume set aside): the newest and the best are kept."""
-    whole = [p for _, p in sorted(_checkpoints(run_dir))]
-    keep = {p.name for p in whole[-1:]} | ({Path(best).name} if best else set())
-    for p in reversed(whole):
+    whole = [p.name for _, p in sorted(_checkpoints(run_dir))]
+    keep = set(whole[-1:]) | ({Path(best).name} if best else set())
+    for name in reversed(whole):
         if len(keep) < (limit or 0):
-            keep.add(p.name)
-    for p in whole if limit and limit > 0 else []:
-        if p.name not in keep:
-            shutil.rmtree(p, ignore_errors=True)
+            keep.add(name)
+    for name in set(whole) - keep if limit and limit > 0 else []:
+        shutil.rmtree(run_dir / name, ignore_errors=True)
 
 
 def _checkpoints(run_dir: Path) -> list[tuple[int, Path]]:

@@ -10,7 +10,7 @@ from typing import Any
 
 from grpo_recipes.evaluation.metrics import fixed_examples
 from grpo_recipes.outputs.logs import load_evals, read_jsonl, write_atomic
-from grpo_recipes.outputs.report_tools import tool_section
+from grpo_recipes.outputs.report_tools import clean, tool_section
 
 # (metric, label, format) after the accuracy and pass@k
 EVAL_METRICS = [("mean_score", "mean score", "{:.3f}"), ("format", "format compliance", "{:.1%}")]
@@ -144,10 +144,6 @@ def _examples(evals: dict[int, dict], n: int = 3) -> list[str]:
 
 
 def _cell(sample: dict[str, Any]) -> str:
-    def clean(text: Any, n: int) -> str:
-        text = str(text)
-        return (text[:n] + " ..." if len(text) > n else text).replace("\n", " ").replace("|", "\\|")
-
     rewards = ", ".join(
         f"{k} {v:g}" if isinstance(v, (int, float)) else f"{k} -" for k, v in sample["rewards"].items()
     )

@@ -18,8 +18,9 @@ METRICS = {
 }
 
 
-def _clean(text: Any, n: int) -> str:
-    text = str(text if text is not None else "")
+def clean(text: Any, n: int) -> str:
+    """`text` on one line of a markdown table, cut at `n` characters."""
+    text = str(text)
     return (text[:n] + " ..." if len(text) > n else text).replace("\n", " ").replace("|", "\\|")
 
 
@@ -27,7 +28,7 @@ def _call(call: dict[str, Any]) -> str:
     function = call.get("function") or {}
     args = function.get("arguments") or {}
     shown = ", ".join(f"{k}={json.dumps(v)}" for k, v in args.items()) if isinstance(args, dict) else args
-    return f"`{_clean(function.get('name'), 40)}({_clean(shown, 300)})`"
+    return f"`{clean(function.get('name') or '', 40)}({clean(shown, 300)})`"
 
 
 def turn_lines(turns: list[dict[str, Any]]) -> list[str]:
@@ -35,11 +36,10 @@ def turn_lines(turns: list[dict[str, Any]]) -> list[str]:
     for k, turn in enumerate(turns, 1):
         role = turn.get("role", "?")
         who = f"tool ({turn['name']})" if role == "tool" and turn.get("name") else role
-        line = f'{k}. {who}: "{_clean(turn.get("content"), 400)}"'
-        calls = turn.get("tool_calls") or []
-        if calls:
-            line += " -> calls " + ", ".join(_call(c) for c in calls)
-        out.append(line)
+        calls = ", ".join(_call(c) for c in turn.get("tool_calls") or [])
+        out.append(
+            f'{k}. {who}: "{clean(turn.get("content") or "", 400)}"' + (f" -> calls {calls}" if calls else "")
+        )
     return out
 
 
@@ -53,11 +53,10 @@ def tool_section(evals: dict[int, dict]) -> list[str]:
     example = next((e for e in examples if e.get("tool_calls")), examples[0])
     mark = "correct" if example["correct"] else "wrong"
     calls, errors = example.get("tool_calls", 0), example.get("tool_errors", 0)
-    out = ["## Tool use", "", f"At step {last}: {', '.join(shown)}.", ""]
     intro = (
         f"One rollout of the step-{last} eval, turn by turn: **{example['task']}**: "
-        f"{_clean(example['question'], 300)} (answer `{_clean(example['answer'], 60)}`); {mark}, "
+        f"{clean(example['question'], 300)} (answer `{clean(example['answer'], 60)}`); {mark}, "
         f"{calls} tool call(s), {errors} error(s)."
     )
-    out += [intro, ""]
+    out = ["## Tool use", "", f"At step {last}: {', '.join(shown)}.", "", intro, ""]
     return out + turn_lines(example["turns"]) + [""]

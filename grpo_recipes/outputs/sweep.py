@@ -124,8 +124,7 @@ def prepare_study(sweeper: Any) -> None:
     n_trials more), a trial left RUNNING is marked FAIL, and new trials get new job numbers."""
     import optuna
 
-    storage = sweeper.storage
-    sweep_dir = Path(str(sweeper.sweep_dir))
+    storage, sweep_dir = sweeper.storage, Path(str(sweeper.sweep_dir))
     sweep_dir.mkdir(parents=True, exist_ok=True)  # SQLite creates its file, not the directory
     direction = sweeper.direction  # a name, a Direction enum, or a list of them (several objectives)
     if not isinstance(direction, str) and not hasattr(direction, "name"):

@@ -1,13 +1,6 @@
-"""The run's set-up in open-r1's steps, each object built once, complete, in the order it is needed:
-
-    get_datasets (tasks, the eval sets, the train set; the curriculum's when it is on: first, as open-r1 does,
-    so that an eval space too small is refused before the model loads)
-    -> get_model (model, tokenizer, LoRA, the response prefix its chat template pre-fills)
-    -> get_rewards (TRL reward functions and their weights) -> get_tools (the functions the model may call)
-    -> get_environment (TRL's environment_factory: a stateful object per rollout) -> get_training_args
-
-run.py then builds the trainer and its callbacks from this (trainer.py) and trains.
-"""
+"""The run's set-up in open-r1's order, each object built once, before anything is written: get_datasets
+(first, so that an eval space too small is refused before the model loads), get_model, get_rewards,
+get_tools, get_training_args. trainer.py then builds the trainer and its callbacks; run.py trains."""
 
 from __future__ import annotations
 
@@ -26,13 +19,11 @@ log = logging.getLogger("grpo_recipes")
 
 @dataclass(frozen=True)
 class Setup:
-    """Everything a run needs, built before anything is written."""
-
     hw: Hardware
     model: Any
     tokenizer: Any
     peft_config: Any
-    response_prefix: str
+    response_prefix: str  # what the chat template pre-fills: rewards and the eval read it + the completion
     taskset: Any
     train_dataset: Any
     eval_rows: list
@@ -40,10 +31,10 @@ class Setup:
     args: Any  # trainer_args.RecipeGRPOConfig
     checkpoint: Path | None  # the checkpoint a resume continues from (None: from the start)
     resumed: bool
-    curriculum: Any = None  # grpo_recipes.train.curriculum.Curriculum when dataset.curriculum is on
-    reward_faults: Any = None  # rewards.guard.RewardFaults: the rewards' failed calls
-    tools: tuple = ()  # the tool functions (tools/): TRL's tools=, and the fixed eval's
-    environment_factory: Any = None  # tools/environments.py: TRL's environment_factory=, and the fixed eval's
+    curriculum: Any  # grpo_recipes.train.curriculum.Curriculum when dataset.curriculum is on
+    reward_faults: Any  # rewards.guard.RewardFaults: the rewards' failed calls
+    tools: tuple  # TRL's tools= and environment_factory=, and the fixed eval's
+    environment_factory: Any
 
 
 def assemble(cfg: dict[str, Any], plan: RunPlan) -> Setup:
@@ -62,8 +53,7 @@ def assemble(cfg: dict[str, Any], plan: RunPlan) -> Setup:
         log.info("code tasks run in the sandbox: %s", sandbox.get_executor().layers())
     model, tokenizer, peft_config, prefix = get_model(cfg, hw)
     reward_funcs, weights, faults = get_rewards(cfg, taskset, prefix, curriculum)
-    tools = get_tools(cfg)
-    environment_factory = get_environment(cfg, taskset)
+    tools, environment_factory = get_tools(cfg, taskset)
     args = get_training_args(cfg, hw, weights, model, lora=peft_config is not None)
     checkpoint = None
     if plan.action == "resume":  # from the newest whole checkpoint; None: from the start
@@ -71,16 +61,16 @@ def assemble(cfg: dict[str, Any], plan: RunPlan) -> Setup:
 
         checkpoint = usable_checkpoint(plan.run_dir, main=int(os.environ.get("RANK", "0")) == 0)
     return Setup(
-        hw,
-        model,
-        tokenizer,
-        peft_config,
-        prefix,
-        taskset,
-        train_dataset,
-        eval_rows,
-        reward_funcs,
-        args,
+        hw=hw,
+        model=model,
+        tokenizer=tokenizer,
+        peft_config=peft_config,
+        response_prefix=prefix,
+        taskset=taskset,
+        train_dataset=train_dataset,
+        eval_rows=eval_rows,
+        reward_funcs=reward_funcs,
+        args=args,
         checkpoint=Path(checkpoint) if checkpoint else None,
         resumed=plan.action == "resume",
         curriculum=curriculum,
@@ -88,21 +78,6 @@ def assemble(cfg: dict[str, Any], plan: RunPlan) -> Setup:
         tools=tools,
         environment_factory=environment_factory,
     )
-
-
-def get_model(cfg: dict[str, Any], hw: Hardware):
-    """(model, tokenizer, LoRA config or None, the response prefix the chat template pre-fills)."""
-    from grpo_common.templates import response_prefix
-    from grpo_recipes.models.loading import load_model_and_tokenizer, lora_config
-
-    # its chat template must then be able to call them; a refusal names the group that gives them
-    tools = "tools" if cfg["tools"]["names"] else "env" if cfg["env"]["name"] else False
-    model, tokenizer = load_model_and_tokenizer(cfg["model"], on_gpu=hw.gpu, seed=cfg["seed"], tools=tools)
-    peft_config = lora_config(cfg["model"]["lora"], model.config.model_type)
-    prefix = response_prefix(cfg["model"]["response_prefix"], tokenizer)
-    if prefix:
-        log.info("the chat template pre-fills %r: rewards and eval read it + the completion", prefix)
-    return model, tokenizer, peft_config, prefix
 
 
 def get_datasets(cfg: dict[str, Any]):
@@ -116,9 +91,23 @@ def get_datasets(cfg: dict[str, Any]):
     return (*build_datasets(cfg["dataset"], cfg["eval"]), None)
 
 
+def get_model(cfg: dict[str, Any], hw: Hardware):
+    """(model, tokenizer, LoRA config or None, the response prefix the chat template pre-fills)."""
+    from grpo_common.templates import response_prefix
+    from grpo_recipes.models.loading import load_model_and_tokenizer, lora_config
+
+    # its chat template must then be able to call them; a refusal names the group that gives them
+    tools = "tools" if cfg["tools"]["names"] else "env" if cfg["env"]["name"] else False
+    model, tokenizer = load_model_and_tokenizer(cfg["model"], on_gpu=hw.gpu, seed=cfg["seed"], tools=tools)
+    prefix = response_prefix(cfg["model"]["response_prefix"], tokenizer)
+    if prefix:
+        log.info("the chat template pre-fills %r: rewards and eval read it + the completion", prefix)
+    return model, tokenizer, lora_config(cfg["model"]["lora"], model.config.model_type), prefix
+
+
 def get_rewards(cfg: dict[str, Any], taskset, prefix: str, curriculum):
-    """TRL reward functions (named by their dataset.rewards key), their weights, and their failures'
-    record (a failing call scores None: rewards/guard.py)."""
+    """TRL reward functions (named by their dataset.rewards key), their weights, and their failures' record
+    (a failing call scores None: rewards/guard.py)."""
     from rewards import RewardContext, build_rewards
     from rewards.guard import RewardFaults
 
@@ -134,37 +123,31 @@ def get_rewards(cfg: dict[str, Any], taskset, prefix: str, curriculum):
     return (*build_rewards(cfg["dataset"]["rewards"], ctx), ctx.faults)
 
 
-def get_tools(cfg: dict[str, Any]) -> tuple:
-    """The functions the model may call mid-answer (`tools.names`); none: ()."""
+def get_tools(cfg: dict[str, Any], taskset) -> tuple[tuple, Any]:
+    """The functions the model may call mid-answer (`tools.names`), and TRL's environment_factory for
+    `env.name` (None: none), whose feedback environment scores answers with the tasks' own verifier."""
+    names, env = cfg["tools"]["names"], cfg["env"]["name"]
+    if not (names or env):
+        return (), None
     from tools import build_tools
-
-    names = cfg["tools"]["names"]
-    if names:
-        cap = cfg["grpo"].get("max_tool_calling_iterations") or "unlimited (up to the length limit)"
-        log.info("tools: %s; tool-calling turns per rollout: %s", ", ".join(names), cap)
-    return tuple(build_tools(names, cfg["tools"]["max_output_chars"]))
-
-
-def get_environment(cfg: dict[str, Any], taskset):
-    """TRL's environment_factory for `env.name` (None: none); the feedback environment scores answers with
-    the tasks' own verifier."""
     from tools.environments import make_environment_factory
 
-    env = cfg["env"]
-    if env["name"]:
-        cap = cfg["grpo"].get("max_tool_calling_iterations") or "unlimited (up to the length limit)"
-        log.info("environment: %s; tool-calling turns per rollout: %s", env["name"], cap)
-    return make_environment_factory(
-        env["name"],
+    said = [f"tools: {', '.join(names)}"] if names else []
+    said += [f"environment: {env}"] if env else []
+    cap = cfg["grpo"].get("max_tool_calling_iterations") or "unlimited (up to the length limit)"
+    log.info("%s; tool-calling turns per rollout: %s", "; ".join(said), cap)
+    factory = make_environment_factory(
+        env,
         max_output_chars=cfg["tools"]["max_output_chars"],
-        max_turns=env["max_turns"],
+        max_turns=cfg["env"]["max_turns"],
         scorer=taskset.score,
     )
+    return tuple(build_tools(names, cfg["tools"]["max_output_chars"])), factory
 
 
 def get_training_args(cfg: dict[str, Any], hw: Hardware, weights: list[float], model, lora: bool):
-    """The run's GRPOConfig (TRL's, with the recipe's own knobs): the one the command-line check built, or
-    built here; activation checkpointing resolved now that the model is loaded."""
+    """The run's GRPOConfig: the one the command-line check built, or built here; activation checkpointing
+    resolved now that the model is loaded."""
     from grpo_recipes.config.trainer_args import build_grpo_config, build_grpo_kwargs, take_checked_args
     from grpo_recipes.models.hardware import resolve_activation_checkpointing
 

@@ -26,20 +26,18 @@ LESS = {"function": "question", "template": "function"}  # a code eval's space, 
 
 
 def holdout_by_task(dataset_cfg: dict[str, Any]) -> dict[str, str]:
-    """What each training task's eval problems keep out of training: `dataset.holdout` resolved per task
-    (auto: function for a code task, question otherwise); a setting a task cannot honour is refused."""
+    """`dataset.holdout` resolved per training task (auto: function for a code task, question otherwise)."""
     setting = dataset_cfg.get("holdout", "auto")
     return {name: holdout_of(name, setting) for name in dataset_cfg["tasks"]}
 
 
 def transfer_sets(dataset_cfg: dict[str, Any], eval_cfg: dict[str, Any]) -> dict[str, TaskSet]:
-    """`eval.transfer` as {key: its one-task TaskSet}: held-out variants of the training tasks, each
-    `{task: <a task name, default the key>, config: {...}}` (a `weight` is ignored; null: off)."""
+    """`eval.transfer` as {key: its one-task TaskSet} (a `weight` is ignored; null: off)."""
     out = {}
     for key, spec in (eval_cfg.get("transfer") or {}).items():
-        where = f"eval.transfer.{key}"
         if spec is None:
             continue
+        where = f"eval.transfer.{key}"
         if not isinstance(spec, Mapping) or set(spec) - {"task", "weight", "config"}:
             raise ConfigError(
                 f"{where}={spec!r}: expected {{task: <a task name; default {key}>, config: {{...}}}}"
@@ -58,7 +56,7 @@ def draw_distinct(
     one: TaskSet, size: int, seed: int, taken: set[str], asked: str, who: tuple[str, str], fix: str
 ):
     """`size` problems of the one-task set `one`, distinct by hold-out key and question, none in `taken`
-    (which grows by them); a space too small is refused with how many it holds, before anything loads."""
+    (which grows by them); a space too small is refused with how many it holds."""
     entries, drawn = one.distinct(size, seed, taken, max(EVAL_DRAWS, 16 * size))
     if len(entries) < size:
         mode, n = next(iter(one.holdout.values())), len(entries)
@@ -77,13 +75,10 @@ def system_prompt(dataset_cfg: dict[str, Any]) -> str | None:
     return get_format(dataset_cfg["prompt_format"]).system_prompt if override is None else override
 
 
-class Shot(NamedTuple):
-    """One worked example of `dataset.few_shot`: its question, the answer as the model should write it, and
-    the tool calls made before it, each (name, arguments, the tool's reply)."""
-
+class Shot(NamedTuple):  # one worked example of `dataset.few_shot`
     question: str
     completion: str
-    tool_calls: tuple[tuple[str, dict[str, Any], str], ...] = ()
+    tool_calls: tuple[tuple[str, dict[str, Any], str], ...] = ()  # made before it: (name, arguments, reply)
 
 
 Shots = Sequence[Shot]  # dataset.few_shot
@@ -116,7 +111,7 @@ def _tool_calls(calls: Any, where: str) -> tuple[tuple[str, dict[str, Any], str]
 
 
 def few_shot(dataset_cfg: dict[str, Any]) -> Shots:
-    """`dataset.few_shot` as Shots; one message naming the bad item otherwise."""
+    """`dataset.few_shot` as Shots; a bad item is named."""
     shots = []
     for i, item in enumerate(dataset_cfg["few_shot"] or []):
         texts = ("question", "completion")
@@ -141,10 +136,9 @@ def shot_tool_names(dataset_cfg: dict[str, Any]) -> list[str]:
 
 
 def build_messages(question: str, system: str | None, shots: Shots = ()) -> list[dict[str, Any]]:
-    """System message, then each worked example as earlier turns (the question, its tool calls each as an
-    assistant turn followed by the tool's reply, then the answer), then the question. A small model copies an
-    answer it has already "written" far more reliably than an example inside the system prompt (README,
-    "Experiment presets")."""
+    """System message, each worked example as earlier turns, then the question. A small model copies an answer
+    it has already "written" far more reliably than an example inside the system prompt (README, "Experiment
+    presets")."""
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
     for shot in shots:
         messages.append({"role": "user", "content": shot.question})
@@ -167,10 +161,9 @@ def to_row(entry: dict[str, Any], system: str | None, shots: Shots = ()) -> dict
 
 
 def build_eval_set(dataset_cfg: dict[str, Any], eval_cfg: dict[str, Any]):
-    """(TaskSet, system prompt, few-shot pairs, eval rows): the tasks as configured, and their eval:
-    `eval.size` problems per task (the fixed eval, each task with its own seed offset), then `eval.size` per
-    transfer set, its rows marked `eval_set: transfer` and `transfer: <its key>` (`task` stays the task's,
-    for its verifier). No two rows share a hold-out key or a question."""
+    """(TaskSet, system prompt, few-shot pairs, eval rows): `eval.size` problems per task, then per transfer
+    set (rows marked `eval_set: transfer` and `transfer: <its key>`); no two share a hold-out key or a
+    question."""
     holdout = dataset_cfg.get("holdout", "auto")
     taskset = TaskSet(dataset_cfg["tasks"], dataset_cfg["prompt_format"], holdout)
     system, shots = system_prompt(dataset_cfg), few_shot(dataset_cfg)

@@ -90,8 +90,7 @@ def completion_logprob_head(model, temperature: float, max_logits: int | None = 
 
 
 def _has_trl_head(forward) -> bool:
-    """Whether TRL's `_fused_forward` is in this forward's chain of wrappers (accelerate wraps the
-    reference model's forward in autocast before we see it)."""
+    """Whether TRL's `_fused_forward` is in this forward's chain of wrappers (accelerate may wrap it)."""
 
     def trl(fn) -> bool:
         return "fused_lm_head" in getattr(getattr(fn, "__code__", None), "co_varnames", ())
@@ -122,21 +121,17 @@ def install(trainer, strict: bool = False) -> list[str]:
     args = trainer.args
     # TRL patches the base model under PEFT, and the reference model when there is one (beta > 0).
     models = [trainer.model.get_base_model() if hasattr(trainer.model, "get_base_model") else trainer.model]
-    if getattr(trainer, "ref_model", None) is not None:
-        models.append(trainer.ref_model)
-    # Kept on TRL's head: the entropy bonus (needs the entropy's gradient, which the direct head does not
-    # keep), an fp32 LM head (TRL runs it outside autocast), and a GPU (TRL's Triton head is fast there).
-    entropy_bonus = getattr(args, "entropy_coef", 0.0) != 0.0 or getattr(args, "use_adaptive_entropy", False)
-    why = (
-        "TRL's own head on a GPU"
-        if trainer.accelerator.device.type != "cpu"
-        else "the entropy bonus needs TRL's head"
-        if entropy_bonus
-        else "grpo.cast_lm_head_to_fp32 keeps TRL's fp32 head"
-        if args.cast_lm_head_to_fp32
-        else None
-    )
-    if why is None and not all(completion_logprob_head(m, temperature=args.temperature) for m in models):
+    models += [trainer.ref_model] if trainer.ref_model is not None else []
+    # Kept on TRL's head: a GPU (TRL's Triton head is fast there), the entropy bonus (needs the entropy's
+    # gradient, which the direct head does not keep) and an fp32 LM head (TRL runs it outside autocast).
+    why = None
+    if trainer.accelerator.device.type != "cpu":
+        why = "TRL's own head on a GPU"
+    elif args.entropy_coef != 0.0 or args.use_adaptive_entropy:
+        why = "the entropy bonus needs TRL's head"
+    elif args.cast_lm_head_to_fp32:
+        why = "grpo.cast_lm_head_to_fp32 keeps TRL's fp32 head"
+    elif not all(completion_logprob_head(m, temperature=args.temperature) for m in models):
         why = "TRL's fused LM head was not found"
         if strict:
             raise ConfigError(f"grpo.fast_paths=true: {why} to stand in for; auto falls back to it")

@@ -1,6 +1,6 @@
 """One job of train_grpo.py, in one straight line: check the config and the run directory, assemble the run
-(assemble.py), build the trainer and its callbacks (trainer.py), then train, or evaluate alone (eval_only,
-below), and write the outputs. Nothing is written before everything is checked."""
+(assemble.py), build the trainer (trainer.py), then train or evaluate alone, and write the outputs. Nothing is
+written before everything is checked."""
 
 from __future__ import annotations
 
@@ -39,10 +39,14 @@ def console(run_dir: Path | None, main: bool):
 
 
 def train(cfg: DictConfig) -> float:
-    """Run one job of train_grpo.py; returns the final fixed eval's `optimized_metric` (for sweepers:
-    hparams_search)."""
-    # TRL 1.16 still calls transformers' deprecated alias on every step; the warning is not the user's to fix.
-    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+    """Returns the final fixed eval's `optimized_metric` (for sweepers: hparams_search)."""
+    # TRL 1.16 still calls transformers' deprecated gradient_checkpointing aliases (every step; around each
+    # generation when checkpointing is on): not the user's to fix.
+    warnings.filterwarnings(
+        "ignore",
+        message=".*(is_gradient_checkpointing|gradient_checkpointing_(en|dis)able).*",
+        category=FutureWarning,
+    )
     container = OmegaConf.to_container(cfg, resolve=True)
     run_dir = Path(container["output_dir"])
     main = int(os.environ.get("RANK", "0")) == 0
@@ -60,7 +64,7 @@ def train(cfg: DictConfig) -> float:
                 resume.check_changes(run_dir, saved, container)
             resume.check_resume_point(run_dir, container["max_steps"])
         setup = assemble(container, plan)
-        trainer = None if container["eval_only"] else build_trainer(container, run_dir, setup)
+        training = None if container["eval_only"] else build_trainer(container, run_dir, setup)
     # Only now, with everything built, is anything written: a mistake found above leaves no trace.
     if main:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -70,9 +74,9 @@ def train(cfg: DictConfig) -> float:
         if main and HydraConfig.initialized():  # this job's overrides, a new entry of overrides.yaml
             resume.record_overrides(run_dir, list(HydraConfig.get().overrides.task), plan.action == "resume")
         try:
-            if trainer is None:
+            if training is None:
                 return eval_only(container, run_dir, setup)
-            return _train(container, run_dir, setup, trainer)
+            return _train(container, run_dir, setup, training)
         finally:  # close this job's wandb run: the next job of a multirun must start its own
             wandb = sys.modules.get("wandb")
             if wandb is not None and getattr(wandb, "run", None) is not None:
@@ -115,9 +119,7 @@ def _train(cfg: dict[str, Any], run_dir: Path, s: Setup, training: Training) -> 
         log.info("fixed eval generates with the trainer's vLLM engine (%s)", trainer.vllm_generation.mode)
     n_train = sum(t.numel() for t in trainer.model.parameters() if t.requires_grad)
     n_all = sum(t.numel() for t in trainer.model.parameters())
-    log.info(
-        f"Training {n_train / 1e6:.2f} M of {n_all / 1e6:.2f} M parameters ({100 * n_train / n_all:.2f}%)"
-    )
+    log.info(f"Training {n_train / 1e6:.2f} M of {n_all / 1e6:.2f} M parameters ({n_train / n_all:.2%})")
     if s.resumed:  # from the last checkpoint, or from the start when the run stopped before its first
         step = int(s.checkpoint.name.split("-")[-1]) if s.checkpoint is not None else -1
         dropped = 0
@@ -177,9 +179,9 @@ def run_from_hydra(cfg: DictConfig) -> float:
             raise
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
-    except Exception as err:  # a stop that said why and how to continue, or a full disk: one line
-        if isinstance(err, Interrupted):
-            sys.exit(err.args[0])
+    except Interrupted as err:  # a stop that said why and how to continue
+        sys.exit(err.args[0])
+    except Exception as err:  # a full disk: one line
         if not full_disk(err, cfg):
             raise
         sys.exit(1)

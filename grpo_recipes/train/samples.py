@@ -24,7 +24,7 @@ def wanted(step: int, every: int) -> bool:
 
 
 def prompt_text(prompt: Any) -> str:
-    """The user's message of a chat prompt (the system prompt is the same in every row), or the text."""
+    """The user's message of a chat prompt (the system prompt is every row's), or the text."""
     if isinstance(prompt, list):
         users = [m.get("content", "") for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
         return str(users[-1]) if users else completion_text(prompt)
@@ -32,8 +32,7 @@ def prompt_text(prompt: Any) -> str:
 
 
 def turn_records(completion: Any) -> list[dict[str, Any]]:
-    """Each turn of a rollout as TRL's completions hold it: role, content, and the tool calls an assistant
-    turn made (a tool result: the tool's name)."""
+    """Each turn of a rollout: role, content, an assistant turn's tool calls, a tool result's tool name."""
     if not isinstance(completion, list):
         return [{"role": "assistant", "content": completion_text(completion)}]
     keep = ("role", "content", "tool_calls", "name")
@@ -41,14 +40,11 @@ def turn_records(completion: Any) -> list[dict[str, Any]]:
 
 
 class SampleRecorder(TrainerCallback):
-    def __init__(
-        self, path, every, count, judge, max_completion_length, eos_token_ids, report_to, tools=False
-    ):
+    def __init__(self, path, every, count, judge, eos_token_ids, tools=False):
         self.path, self.every, self.count = Path(path), every, count
-        self.tools = tools  # the run gives the model tools or an environment: record each rollout's turns
         self.judge = judge  # TaskSet.judge(texts, rows) with the response prefix, as the rewards read
-        self.max_completion_length, self.eos_token_ids = max_completion_length, eos_token_ids
-        self.report_to = report_to  # TRL's report_to: the table goes to wandb, trackio
+        self.eos_token_ids = eos_token_ids
+        self.tools = tools  # the run gives the model tools or an environment: record each rollout's turns
         self.pending: dict[int, dict[str, Any]] = {}  # step -> the batch being recorded
 
     def wrap(self, reward_funcs: list[Callable]) -> list[Callable]:
@@ -70,7 +66,6 @@ class SampleRecorder(TrainerCallback):
             return
         if step not in self.pending:
             n = min(self.count, len(completions))
-            ids = list(completion_ids[:n]) if completion_ids is not None else [None] * n
             entries_ = entries(kwargs, n)
             rows = [
                 {
@@ -82,9 +77,9 @@ class SampleRecorder(TrainerCallback):
                     "extracted": None,
                     "rule": None,
                     "answer": row.get("answer"),
-                    "truncated": self.truncated(ids_),
+                    "truncated": None,  # read from the token ids with TRL's args (records)
                 }
-                for prompt, completion, ids_, row in zip(prompts, completions, ids, entries_)
+                for prompt, completion, row in zip(prompts, completions, entries_)
             ]
             if self.tools:
                 for row, completion in zip(rows, completions):
@@ -97,41 +92,42 @@ class SampleRecorder(TrainerCallback):
             for row, environment in zip(rows, kwargs.get("environments") or []):
                 if hasattr(environment, "get_reward"):  # TRL adds it as a reward named after the class
                     row["rewards"][type(environment).__name__] = float(environment.get_reward())
+            ids = list(completion_ids[:n]) if completion_ids is not None else [None] * n
             # TRL hands every reward the same list (its id marks the batch): later batches are skipped
-            self.pending[step] = {"id": id(completions), "rows": rows, "entries": entries_}
+            self.pending[step] = {"id": id(completions), "rows": rows, "entries": entries_, "ids": ids}
         if self.pending[step]["id"] == id(completions):
             for row, score in zip(self.pending[step]["rows"], scores):
                 row["rewards"][name] = None if score is None else float(score)
 
-    def truncated(self, ids) -> bool | None:
-        if ids is None:
-            return None
-        return len(ids) >= self.max_completion_length and (not len(ids) or ids[-1] not in self.eos_token_ids)
-
-    def records(self, step: int) -> list[dict[str, Any]]:
+    def records(self, step: int, args) -> list[dict[str, Any]]:
         batch = self.pending.pop(step)
         rows = batch["rows"]
         judged = self.judge([r["completion"] for r in rows], batch["entries"]) if rows else []
         for row, (extraction, *_) in zip(rows, judged):
             if extraction is not None:
                 row["extracted"], row["rule"] = extraction.answer, extraction.rule
+        for row, ids in zip(rows, batch["ids"]):
+            if ids is not None:  # cut off: the length limit reached without an end-of-sequence token
+                full = len(ids) >= args.max_completion_length
+                row["truncated"] = full and (not len(ids) or ids[-1] not in self.eos_token_ids)
         return rows
 
     def on_step_end(self, args, state, control, **kwargs):
         for step in sorted(s for s in self.pending if s <= state.global_step):
-            rows = self.records(step)
+            rows = self.records(step, args)
             if rows and state.is_world_process_zero:
                 append_jsonl(self.path, rows)  # whole and synced: an interrupted run keeps every step written
-                self._to_trackers(rows, step)
+                self._to_trackers(rows, step, args.report_to)
 
-    def _to_trackers(self, rows: list[dict[str, Any]], step: int) -> None:
+    @staticmethod
+    def _to_trackers(rows: list[dict[str, Any]], step: int, report_to: list[str]) -> None:
         columns = list(rows[0])  # the record's keys, in order
         table = [[json.dumps(r[c]) if c in ("rewards", "turns") else r[c] for c in columns] for r in rows]
         wandb = sys.modules.get("wandb")
-        if "wandb" in self.report_to and wandb is not None and wandb.run is not None:
+        if "wandb" in report_to and wandb is not None and wandb.run is not None:
             wandb.log({"train/samples": wandb.Table(columns=columns, data=table)})
         trackio = sys.modules.get("trackio")
-        if "trackio" in self.report_to and trackio is not None:
+        if "trackio" in report_to and trackio is not None:
             samples = trackio.Table(columns=columns, data=table)
             trackio.log({"train/samples": samples, "train/global_step": step})
 

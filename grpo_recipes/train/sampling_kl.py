@@ -25,8 +25,8 @@ SAMPLING_LOGPS = "recipe_sampling_logps"
 def sample_train_sums(
     sampling: torch.Tensor, training: torch.Tensor, loss_mask: torch.Tensor
 ) -> torch.Tensor:
-    """[sum diff, sum diff^2, scored tokens, sampled tokens, completions], summed over processes before
-    dividing (sample_train_metrics)."""
+    """[sum diff, sum diff^2, scored tokens, sampled tokens, completions]: summed over processes, then divided
+    (sample_train_metrics)."""
     sampled = ~torch.isnan(sampling)
     scored = sampled & loss_mask.bool()
     diff = torch.where(scored, sampling - training.float(), torch.zeros_like(sampling))
@@ -89,8 +89,7 @@ class InverseCDFSampler(lp.LogitsProcessor):
         self.steps.append(logp.gather(1, token).squeeze(1))
         return torch.full_like(scores, float("-inf")).scatter_(1, token, 0.0)
 
-    def logprobs(self, n: int, batch: int) -> torch.Tensor:
-        """(batch, n) log-probs of the n generated tokens."""
+    def logprobs(self, n: int, batch: int) -> torch.Tensor:  # (batch, n): the n generated tokens'
         if len(self.steps) < n:
             raise RuntimeError(f"sampled {len(self.steps)} steps for {n} generated tokens")
         return torch.stack(self.steps[:n], dim=1) if n else torch.zeros((batch, 0))
@@ -188,7 +187,6 @@ class SamplingKLTrainer(WholeCheckpoints, GRPOTrainer):
 
 
 def trainer_class(args) -> type:
-    """The trainer for a run's GRPOConfig: with dynamic sampling only when `args.dynamic_sampling` is on."""
     if not args.dynamic_sampling:
         return SamplingKLTrainer
     from grpo_recipes.train.dynamic_sampling import DynamicSamplingTrainer

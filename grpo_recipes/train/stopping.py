@@ -23,15 +23,14 @@ REWARD_ERRORS = 1  # the stop code of a reward failing too often (the others are
 
 
 class GracefulStop(TrainerCallback):
-    def __init__(self, accelerator, faults=None, window: int = 10, stop_at: float = 1.0):
+    def __init__(self, accelerator, faults=None):
         self.accelerator = accelerator  # the trainer's: the ranks agree on a stop through it
+        self.faults = faults  # rewards.guard.RewardFaults: failed calls per step
         self.signum: int | None = None  # the signal this process received, or REWARD_ERRORS
         self.agreed: int | None = None  # the one all ranks stop on (another rank's, possibly)
         self.reason = ""  # why, in words, when not a signal
         self._previous = {}
-        self.faults, self.stop_at = faults, stop_at  # rewards.guard.RewardFaults: failed calls per step
-        # reward name -> (calls, failed calls) of each of its last `window` steps
-        self.window = collections.defaultdict(lambda: collections.deque(maxlen=window))
+        self.window: dict[str, collections.deque] = {}  # reward name -> (calls, failed) of its last steps
         self.updating_from: int | None = None  # the step an optimizer update started from (crash saves)
 
     def install(self) -> None:
@@ -51,8 +50,7 @@ class GracefulStop(TrainerCallback):
         )
 
     @property
-    def requested(self) -> bool:
-        """A stop all ranks agree on (with several processes, a signal counts from the next step's end)."""
+    def requested(self) -> bool:  # with several processes, a signal counts from the next step's end
         return self.agreed is not None or (self.accelerator.num_processes == 1 and self.signum is not None)
 
     @property
@@ -60,8 +58,7 @@ class GracefulStop(TrainerCallback):
         code = self.signum or self.agreed or 0
         return 1 if code == REWARD_ERRORS else 128 + code
 
-    def consistent(self, step: int) -> bool:
-        """Whether the weights, optimizer and scheduler are all those of `step` (no update half done)."""
+    def consistent(self, step: int) -> bool:  # the weights, optimizer and scheduler are all `step`'s
         return self.updating_from is None or step > self.updating_from
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
@@ -69,7 +66,7 @@ class GracefulStop(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.faults is not None and self.signum is None:
-            self._count_reward_errors()
+            self._count_reward_errors(args)
         if not self.agreed and self.accelerator.num_processes == 1:
             self.agreed = self.signum
         elif not self.agreed:  # the highest signal number any rank has received (0: none has)
@@ -81,17 +78,18 @@ class GracefulStop(TrainerCallback):
             control.should_save = True
             control.should_training_stop = True
 
-    def _count_reward_errors(self) -> None:
+    def _count_reward_errors(self, args) -> None:
         for name, (calls, failed) in self.faults.take().items():
+            self.window.setdefault(name, collections.deque(maxlen=args.reward_errors_window))
             self.window[name].append((calls, failed))
         for name, steps in self.window.items():
-            calls, failed = (sum(column) for column in zip(*steps)) if steps else (0, 0)
-            if len(steps) == steps.maxlen and calls and failed / calls >= self.stop_at:
+            calls, failed = (sum(column) for column in zip(*steps))
+            if len(steps) == steps.maxlen and calls and failed / calls >= args.reward_errors_stop_at:
                 self.signum = REWARD_ERRORS
                 self.reason = (
                     f"reward '{name}' failed {failed} of {calls} calls over the last {len(steps)} steps "
-                    f"(grpo.reward_errors_stop_at={self.stop_at:g}); first error: {self.faults.first[name]}; "
-                    "every failure is in reward_errors.jsonl"
+                    f"(grpo.reward_errors_stop_at={args.reward_errors_stop_at:g}); first error: "
+                    f"{self.faults.first[name]}; every failure is in reward_errors.jsonl"
                 )
                 return
 
@@ -118,8 +116,7 @@ class Interrupted(Exception):
 
 
 def resume_command(cfg: dict[str, Any]) -> str:
-    """The command that continues this run as it was (its own overrides are read back from its directory):
-    the config flags it was started with, and its directory, by run_name when that is where it lives."""
+    """The command that continues this run: its config flags and directory (its overrides are read back)."""
     import shlex
 
     from hydra.core.hydra_config import HydraConfig
@@ -143,22 +140,19 @@ def resume_command(cfg: dict[str, Any]) -> str:
 
 
 def stopped(cfg: dict[str, Any], run_dir: Path, training) -> Interrupted:
-    """A stop all ranks agreed on (a signal, a failing reward): the checkpoint is saved; the report, why,
-    and the command that continues."""
-    trainer, stop = training.trainer, training.stop
-    _report(trainer, run_dir)
-    if stop.reason:
-        log.error("Stopping: %s", stop.reason)
-    step = trainer.state.global_step
+    """A stop all ranks agreed on (a signal, a failing reward), its checkpoint saved: the report, why, and
+    the command that continues."""
+    _report(training.trainer, run_dir)
+    if training.stop.reason:
+        log.error("Stopping: %s", training.stop.reason)
+    step = training.trainer.state.global_step
     log.warning(f"Stopped at step {step} with checkpoint-{step} saved. Continue with: {resume_command(cfg)}")
-    return Interrupted(stop.exit_code)
+    return Interrupted(training.stop.exit_code)
 
 
 def crashed(err: Exception, cfg: dict[str, Any], run_dir: Path, training) -> Exception:
-    """An unexpected error inside training: its traceback into train.log, one line on the console. When the
-    last completed step is whole (no update half done) and one process runs (a save is a collective the
-    other ranks may never reach), a checkpoint of that step is saved to continue from. A full disk and a
-    config mistake are raised as they are (run.py's run_from_hydra says them in one line)."""
+    """An error inside training: its traceback into train.log, one line on the console, and a checkpoint of
+    the last whole step when one process runs (a save is a collective other ranks may never reach)."""
     import traceback
 
     from grpo_common.errors import ConfigError
@@ -189,8 +183,7 @@ def crashed(err: Exception, cfg: dict[str, Any], run_dir: Path, training) -> Exc
 
 def full_disk(err: BaseException, cfg, say: bool = True) -> bool:
     """Whether `err` is a full disk, however the writer words it (torch's zip writer says only "file write
-    failed"); `say`: then one line naming the path and the free space, and the space of a cut-short save
-    given back."""
+    failed"); `say`: one line naming the path and its free space, a cut-short save's space given back."""
     import errno
     import shutil
 

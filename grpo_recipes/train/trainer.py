@@ -32,6 +32,7 @@ def make_evaluator(cfg: dict[str, Any], s: Setup):
         tools=s.tools,  # the same tools, environment, turn cap and chat template as training's rollouts
         environment_factory=s.environment_factory,
         max_tool_iterations=s.args.max_tool_calling_iterations,
+        chat_template_kwargs=s.args.chat_template_kwargs,
     )
 
 
@@ -44,7 +45,7 @@ def describe(cfg: dict[str, Any], run_dir: Path, s: Setup, accelerator) -> None:
         "Run dir %s | %s x%d, %s | model %s (%.1f M parameters, %s) | tasks %s | %d train / %d eval "
         "problems%s",
         run_dir,
-        s.hw.name,
+        "cuda" if s.hw.gpu else "cpu",
         s.hw.world_size,
         running_engine(accelerator),  # what the accelerator runs, not what was asked for
         cfg["model"]["path"],
@@ -58,8 +59,6 @@ def describe(cfg: dict[str, Any], run_dir: Path, s: Setup, accelerator) -> None:
 
 
 class Training(NamedTuple):
-    """The trainer and the callbacks the run reads back from."""
-
     trainer: Any
     evaluation: Any  # FixedEvalCallback
     stop: Any  # GracefulStop
@@ -67,7 +66,7 @@ class Training(NamedTuple):
 
 
 def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
-    """GRPOTrainer with the recipe's callbacks, each built complete; TRL's own refusals as a ConfigError."""
+    """GRPOTrainer with the recipe's callbacks; TRL's own refusals as a ConfigError."""
     from transformers import TrainerControl
     from transformers.trainer_callback import ProgressCallback
 
@@ -86,9 +85,7 @@ def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
         every=cfg["log_samples_every"],
         count=cfg["log_samples_count"],
         judge=lambda texts, rows: s.taskset.judge([s.response_prefix + t for t in texts], rows),
-        max_completion_length=s.args.max_completion_length,
         eos_token_ids=end_ids(s.model, s.tokenizer),  # as the fixed eval reads completions
-        report_to=s.args.report_to,
         tools=bool(s.tools or s.environment_factory),  # then each rollout's turns are recorded too
     )
     try:
@@ -107,8 +104,7 @@ def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         raise ConfigError(name_the_key(str(err), cfg["grpo"])) from None
-    a = s.args  # a reward failing too often stops the run as SIGTERM does
-    stop = GracefulStop(trainer.accelerator, s.reward_faults, a.reward_errors_window, a.reward_errors_stop_at)
+    stop = GracefulStop(trainer.accelerator, s.reward_faults)  # a reward failing too often stops as SIGTERM
     evaluation = FixedEvalCallback(
         make_evaluator(cfg, s),
         run_dir,

@@ -1,7 +1,7 @@
 """The sandbox for model-written code: `Executor().run([Program(source), ...])` (executor.py). One executor
-is shared by the code tasks' verifiers and the code reward, its limits set once from the `sandbox` config
-group (`configure`); checking and storing them imports none of the machinery, which a run without code never
-loads."""
+is shared by the code tasks, the code reward and the python tool, its limits set from the `sandbox` config
+group (`configure`); checking and storing them imports none of the machinery, which a run without code
+never loads."""
 
 from __future__ import annotations
 
