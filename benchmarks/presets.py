@@ -14,7 +14,8 @@ end, as shipped, the way a user runs it; one table.
 
 Per run, greedy accuracy first (the headline of every preset): the fixed eval at step 0 and at the
 end and the gain in points; pass@k beside it where the preset samples for it; the transfer set
-(`eval.transfer`: held-out variants of the training task) at step 0 and at the end; the chance line
+(`eval.transfer`: held-out variants of the training task) at step 0 and at the end; with tools, the share
+of eval problems that called one; the chance line
 (the best constant answer: majority label, empty answer, the example's output); the share of eval
 completions cut off at step 0 and at the end; with --base-budget, the base model's greedy accuracy
 given that many tokens; wall minutes (set-up excluded: from the process start to the end, minus the
@@ -48,6 +49,7 @@ PRESETS: dict[str, tuple[list[str], str | None]] = {
     "code": (["experiment=code"], "pass@1"),
     "gsm8k": (["experiment=gsm8k"], None),
     "rg_multitask": (["experiment=rg_multitask"], None),
+    "digits_tools": (["experiment=digits_tools"], None),
 }
 MARK_BEGIN, MARK_END = "<!-- presets table: begin -->", "<!-- presets table: end -->"
 RECORD = ROOT / "benchmarks/presets.json"
@@ -93,6 +95,7 @@ def run_preset(name: str, seed: int, out: Path, extra: list[str] = (), base_budg
         "greedy": (m0["accuracy"], m1["accuracy"]),
         "pass_k": (pass_k, m0.get(pass_k), m1.get(pass_k)) if pass_k else None,
         "transfer": (m0.get("transfer/accuracy"), m1.get("transfer/accuracy")),
+        "tool_use": (m0.get("tools/used"), m1.get("tools/used")),  # share of eval problems that called a tool
         "chance": m0.get("chance/accuracy"),
         "cut_off": (m0.get("truncated"), m1.get("truncated")),
         "reward": (m0.get("reward"), m1.get("reward")),
@@ -126,14 +129,23 @@ def _setup_seconds(log: str) -> float:
 
 
 def table(rows: list[dict]) -> str:
-    head = ["preset", "task", "seed", "greedy: step 0 -> final (gain)", "pass@k", "transfer", "chance"]
+    head = [
+        "preset",
+        "task",
+        "seed",
+        "greedy: step 0 -> final (gain)",
+        "pass@k",
+        "transfer",
+        "tool use",
+        "chance",
+    ]
     head += ["cut off", "base, more tokens", "minutes", "s/step", "peak RSS"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     pct = lambda x: "" if x is None else f"{100 * x:.1f} %"
     move = lambda pair: "" if pair is None or pair[0] is None else f"{pct(pair[0])} -> {pct(pair[1])}"
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['preset']} | | {r['seed']} | failed: {' '.join(r['error'])} |" + " |" * 8)
+            lines.append(f"| {r['preset']} | | {r['seed']} | failed: {' '.join(r['error'])} |" + " |" * 9)
             continue
         g0, g1 = r["greedy"]
         name, k0, k1 = r["pass_k"] or (None, None, None)
@@ -145,6 +157,7 @@ def table(rows: list[dict]) -> str:
             f"**{pct(g0)} -> {pct(g1)}** ({100 * (g1 - g0):+.1f})",
             f"{name} {pct(k0)} -> {pct(k1)}" if name else "",
             move(r["transfer"]),
+            move(r.get("tool_use")),
             pct(r["chance"]),
             move(r["cut_off"]),
             f"{pct(base)} at {budget} tokens" if budget and base is not None else "",
