@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.conftest import read_jsonl, run_train
+from tests.conftest import ROOT, read_jsonl, run_train
 
 pytestmark = pytest.mark.slow
 SHORT = [
@@ -18,8 +18,10 @@ SHORT = [
 ]
 
 
-def _run(tmp_path, preset: str, *overrides: str):
-    proc = run_train(f"experiment={preset}", f"output_root={tmp_path}", "run_name=run", *SHORT, *overrides)
+def _run(tmp_path, preset: str, *overrides: str, env: dict | None = None):
+    proc = run_train(
+        f"experiment={preset}", f"output_root={tmp_path}", "run_name=run", *SHORT, *overrides, env=env
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run_dir = tmp_path / "run"
     evals = {
@@ -83,6 +85,41 @@ def test_gsm8k_preset_combined_reward_few_shot_turn_lora(tmp_path):
             sum(x["correct"] + 0.1 * (x["format_ok"] - 1) for x in e["examples"]) / len(e["examples"])
         )
     assert (run_dir / "final" / "adapter_model.safetensors").is_file()  # LoRA, as the recipe
+
+
+def test_digits_tools_preset_the_recipes_ranges_a_python_tool_and_worked_calls(tmp_path):
+    """The seed's own digits ranges, both tasks, the python tool, one worked call per task as chat turns; the
+    tiny model calls the tool as scripted (tests/scripted/sitecustomize.py), in training and in the eval."""
+    from omegaconf import OmegaConf
+
+    scripted = {"SCRIPTED_TOOL_CALLS": "1", "PYTHONPATH": f"{ROOT / 'tests/scripted'}:{ROOT}"}
+    long_enough = "grpo.max_completion_length=200"  # the tiny tokenizer is character-level
+    run_dir, evals, train = _run(tmp_path, "digits_tools", "max_steps=1", long_enough, env=scripted)
+    examples = evals[0]["examples"]
+    assert sorted({e["task"] for e in examples}) == ["reverse_digits", "sum_digits"]
+    for e in examples:
+        if e["task"] == "sum_digits":
+            numbers = json.loads(e["question"].removeprefix("What is the total digit sum of ").rstrip("?"))
+            assert 2 <= len(numbers) <= 4 and all(10 <= n <= 999 for n in numbers)
+        else:
+            assert 100000 <= int(e["question"].removeprefix("What is ").removesuffix(" reversed?")) <= 9999999
+        assert e["tool_calls"] == 1 and e["turns"][0]["tool_calls"][0]["function"]["name"] == "python"
+    assert train[0]["train/tools/call_frequency"] == 1.0
+    shots = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml").dataset.few_shot)
+    assert [s["tool_calls"][0]["name"] for s in shots] == ["python", "python"]
+    assert [s["completion"] for s in shots] == ["[ANSWER] 28", "[ANSWER] 28174"]
+
+
+def test_gsm8k_tools_preset_is_gsm8k_with_a_calculator_and_a_worked_call():
+    cfg, base = _compose("experiment=gsm8k_tools"), _compose("experiment=gsm8k")
+    assert cfg["tools"]["names"] == ["calculator"] and base["tools"]["names"] == []
+    (shot,) = cfg["dataset"]["few_shot"]
+    assert shot["tool_calls"] == [
+        {"name": "calculator", "arguments": {"expression": "12 + 3 * 5"}, "result": "27"}
+    ]
+    for key in ("rewards", "tasks"):
+        assert cfg["dataset"][key] == base["dataset"][key]
+    assert cfg["model"]["lora"] == base["model"]["lora"] and cfg["max_steps"] == base["max_steps"]
 
 
 def test_code_preset_test_reward_and_pass_at_k(tmp_path):
