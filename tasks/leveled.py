@@ -54,7 +54,7 @@ class LeveledTasks:
                 raise RuntimeError(
                     f"training problem {idx}: {NEIGHBOURS * MAX_DRAWS} draws were all eval problems at "
                     f"levels {self.levels}; the eval covers (nearly) every problem of a level: lower "
-                    "eval.size (or dataset.curriculum.eval_per_level)"
+                    "eval.size (or the per-level eval size of dataset.curriculum)"
                 )
             self._drawn[idx] = {**entry, "level": self.levels.get(entry["metadata"].get("source_dataset"))}
         return self._drawn[idx]

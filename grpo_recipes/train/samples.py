@@ -14,7 +14,6 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from grpo_common.tool_use import tool_use
 from grpo_recipes.outputs.logs import append_jsonl, read_jsonl
 from rewards.registry import completion_text, entries
 
@@ -82,6 +81,8 @@ class SampleRecorder(TrainerCallback):
                 for prompt, completion, row in zip(prompts, completions, entries_)
             ]
             if self.tools:
+                from grpo_common.tool_use import tool_use  # only a tool run counts tool turns
+
                 for row, completion in zip(rows, completions):
                     use = tool_use(completion)
                     row |= {
