@@ -11,6 +11,7 @@ def _row(preset, seed, final):
         "greedy": (0.2, final),
         "pass_k": ("pass@1", 0.1, 0.3) if preset == "code" else None,
         "transfer": (0.1, 0.25),
+        "tool_use": (0.0, 1.0) if preset == "digits_tools" else (None, None),
         "chance": 0.05,
         "cut_off": (0.5, 0.0),
         "steps": 10,
@@ -33,10 +34,13 @@ def test_record_keeps_the_newest_row_per_preset_and_seed(tmp_path, monkeypatch):
         ("code", 0, 0.3, "first"),
     ]
     text = presets.table(rows)
-    # greedy accuracy first, pass@k beside it only where the preset samples, then transfer, chance, cut-offs
+    # greedy accuracy first, pass@k beside it only where the preset samples, then transfer, tool use (only
+    # with tools), chance, cut-offs
     assert (
-        "| digits | t | 1 | **20.0 % -> 60.0 %** (+40.0) |  | 10.0 % -> 25.0 % | 5.0 % | 50.0 % -> 0.0 % |"
+        "| digits | t | 1 | **20.0 % -> 60.0 %** (+40.0) |  | 10.0 % -> 25.0 % |  | 5.0 % | 50.0 % -> 0.0 % |"
         in text
     )
+    tools = presets.table([_row("digits_tools", 0, 1.0)])
+    assert "| **20.0 % -> 100.0 %** (+80.0) |  | 10.0 % -> 25.0 % | 0.0 % -> 100.0 % | 5.0 % |" in tools
     assert "| code | t | 0 | **20.0 % -> 30.0 %** (+10.0) | pass@1 10.0 % -> 30.0 % |" in text
     assert presets.provenance(rows).count("\n") == 1  # two distinct commands
