@@ -14,6 +14,8 @@ from grpo_recipes.config.knobs import register
 register()  # the declared defaults, for the tests that compose configs with Hydra directly
 
 ROOT = Path(__file__).resolve().parents[1]
+# tests/scripted/sitecustomize.py drives a run's generate to call a tool (the tiny random model never does)
+SCRIPTED_TOOL_ENV = {"SCRIPTED_TOOL_CALLS": "1", "PYTHONPATH": f"{ROOT / 'tests/scripted'}:{ROOT}"}
 
 
 def pytest_collection_modifyitems(config, items):

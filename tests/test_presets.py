@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.conftest import ROOT, read_jsonl, run_train
+from tests.conftest import SCRIPTED_TOOL_ENV, read_jsonl, run_train
 
 pytestmark = pytest.mark.slow
 SHORT = [
@@ -92,9 +92,8 @@ def test_digits_tools_preset_the_recipes_ranges_a_python_tool_and_worked_calls(t
     tiny model calls the tool as scripted (tests/scripted/sitecustomize.py), in training and in the eval."""
     from omegaconf import OmegaConf
 
-    scripted = {"SCRIPTED_TOOL_CALLS": "1", "PYTHONPATH": f"{ROOT / 'tests/scripted'}:{ROOT}"}
     long_enough = "grpo.max_completion_length=200"  # the tiny tokenizer is character-level
-    run_dir, evals, train = _run(tmp_path, "digits_tools", "max_steps=1", long_enough, env=scripted)
+    run_dir, evals, train = _run(tmp_path, "digits_tools", "max_steps=1", long_enough, env=SCRIPTED_TOOL_ENV)
     examples = evals[0]["examples"]
     assert sorted({e["task"] for e in examples}) == ["reverse_digits", "sum_digits"]
     for e in examples:

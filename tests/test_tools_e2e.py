@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT, read_jsonl, run_train
+from tests.conftest import ROOT, SCRIPTED_TOOL_ENV, read_jsonl, run_train
 
 pytestmark = pytest.mark.slow
 TINY = ["model=tiny_random", "eval.size=4", "dataset.train_size=16", "max_steps=2"]
@@ -23,7 +23,7 @@ def test_a_python_tool_run_goes_through_the_tool_loop_in_training_and_eval(tmp_p
         "grpo.max_completion_length=160",
         f"output_root={tmp_path}",
         "run_name=tools",
-        env={"SCRIPTED_TOOL_CALLS": "1", "PYTHONPATH": f"{ROOT / 'tests/scripted'}:{ROOT}"},
+        env=SCRIPTED_TOOL_ENV,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run_dir = tmp_path / "tools"
@@ -78,7 +78,7 @@ def test_a_python_session_run_goes_through_trl_environment_factory_in_training_a
         "grpo.max_completion_length=160",
         f"output_root={tmp_path}",
         "run_name=session",
-        env={"SCRIPTED_TOOL_CALLS": "1", "PYTHONPATH": f"{ROOT / 'tests/scripted'}:{ROOT}"},
+        env=SCRIPTED_TOOL_ENV,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run_dir = tmp_path / "session"
@@ -125,9 +125,8 @@ def test_tools_under_two_process_ddp_count_each_rollout_once(tmp_path):
         f"output_root={tmp_path}",
         "run_name=ddp_tools",
     ]
-    env = {"SCRIPTED_TOOL_CALLS": "1", "PYTHONPATH": f"{ROOT / 'tests/scripted'}:{ROOT}"}
     proc = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=600, cwd=ROOT, env={**os.environ, **env}
+        cmd, capture_output=True, text=True, timeout=600, cwd=ROOT, env={**os.environ, **SCRIPTED_TOOL_ENV}
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run_dir = tmp_path / "ddp_tools"
