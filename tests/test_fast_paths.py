@@ -9,7 +9,7 @@ import torch
 from grpo_common.errors import ConfigError
 from grpo_recipes.models.tiny import tiny_model, tiny_tokenizer
 from grpo_recipes.train import fast_paths
-from grpo_recipes.train.fast_paths import completion_logprob_head, generate_with_cached_casts
+from grpo_recipes.train.fast_paths import completion_logprob_head, fast_generation
 
 
 @pytest.fixture(scope="module")
@@ -87,9 +87,11 @@ def test_large_micro_batches_keep_trls_head(tokenizer):
     assert torch.equal(got.log_probs, expected.log_probs) and torch.equal(grads, expected_grads)
 
 
-def test_generation_is_unchanged(tokenizer):
-    """Same greedy tokens with both fast paths installed; the forward keeps the class's signature,
-    from which `generate` decides to pass position_ids for left-padded prompts."""
+@pytest.mark.parametrize("rows", [1, 2, 7])
+def test_generation_is_unchanged(tokenizer, rows):
+    """Same greedy tokens with the fast paths installed (one autocast context, packed weights, the bf16 KV
+    cache) at several batch sizes; the forward keeps the class's signature, from which `generate` decides to
+    pass position_ids for left-padded prompts."""
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
     from trl.trainer.utils import add_fused_lm_head
@@ -102,20 +104,94 @@ def test_generation_is_unchanged(tokenizer):
     add_fused_lm_head(fast, outputs=("log_probs", "entropy"))
     completion_logprob_head(fast, temperature=1.0)
     accelerator = Accelerator(cpu=True, mixed_precision="bf16")
-    generate_with_cached_casts(fast, accelerator)
+    assert (
+        fast_generation(fast, accelerator) == "generation under one autocast context, on packed bf16 weights"
+    )
     assert (
         inspect.signature(fast.forward).parameters.keys()
         == inspect.signature(plain.forward).parameters.keys()
     )
     plain = accelerator.prepare_model(plain, evaluation_mode=True)  # autocast entered at every forward
 
-    prompts = ["<|im_start|>user\n12+7?<|im_end|>\n<|im_start|>assistant\n", "<|im_start|>assistant\n"]
-    enc = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left")
-    kwargs = {"max_new_tokens": 12, "do_sample": False, "pad_token_id": tokenizer.pad_token_id}
+    prompts = ["<|im_start|>user\n12+7?<|im_end|>\n<|im_start|>assistant\n", "<|im_start|>assistant\n", "9"]
+    enc = tokenizer((prompts * 3)[:rows], return_tensors="pt", padding=True, padding_side="left")
+    kwargs = {"max_new_tokens": 80, "do_sample": False, "pad_token_id": tokenizer.pad_token_id}
     with torch.no_grad():
         expected = plain.generate(**enc, **kwargs)
         got = fast.generate(**enc, **kwargs)
+    assert got.shape[1] > enc["input_ids"].shape[1] + 64  # past the cache's first buffer
     assert torch.equal(got, expected)
+    assert not any("forward" in vars(m) for m in fast.modules() if type(m) is torch.nn.Linear)  # unpacked
+
+
+def test_packed_linears_compute_what_f_linear_computes():
+    """Decoding-shaped calls (one row a sequence) take the packed weights, bit for bit F.linear's result
+    under autocast; other shapes (the prefill) and the weights after the context are F.linear's own."""
+    layer = torch.nn.Linear(48, 40, bias=True)
+    x = torch.randn(6, 1, 48)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected, expected_prefill = (
+            layer(x),
+            layer(torch.randn(6, 5, 48, generator=torch.Generator().manual_seed(1))),
+        )
+        with fast_paths.packed_linears(layer, rows=6):
+            assert "forward" in vars(layer)
+            got = layer(x)
+            prefill = layer(torch.randn(6, 5, 48, generator=torch.Generator().manual_seed(1)))
+    assert got.dtype == expected.dtype == torch.bfloat16
+    assert torch.equal(got, expected) and torch.equal(prefill, expected_prefill)
+    assert "forward" not in vars(layer)
+
+
+def test_buffered_cache_keeps_what_dynamic_cache_keeps(tokenizer):
+    """The same keys and values as DynamicCache (cast to the cache's dtype), across buffer growth, a crop and
+    a batch selection (Cache methods that replace or shrink the keys)."""
+    from transformers.cache_utils import DynamicCache
+
+    model = tiny_model(tokenizer, seed=2, hidden_size=64)
+    ours, plain = fast_paths.buffered_cache(model, torch.bfloat16), DynamicCache(config=model.config)
+    gen = torch.Generator().manual_seed(0)
+    for step, tokens in enumerate([5, 1, 60, 1, 1]):
+        k, v = (torch.randn(3 if step <= 2 else 2, 2, tokens, 16, generator=gen) for _ in range(2))
+        got = ours.update(k, v, layer_idx=0)
+        plain.update(k, v, layer_idx=0)
+        assert torch.equal(got[0], plain.layers[0].keys.bfloat16()) and got[0].dtype == torch.bfloat16
+        assert torch.equal(got[1], plain.layers[0].values.bfloat16())
+        if step == 2:
+            for cache in (ours, plain):
+                cache.crop(-4)
+                cache.batch_select_indices(torch.tensor([2, 0]))
+    assert ours.get_seq_length() == plain.get_seq_length() == 5 + 1 + 60 - 4 + 2
+
+
+def token_logprobs(model, ids, mask):
+    logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
+    return torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+
+
+def test_eager_attention_for_gradients(tokenizer):
+    """Passes with gradients attend with eager matmuls, within bf16 rounding of SDPA; passes without
+    (generation, evals, reference log-probs) are SDPA's, bit for bit."""
+    plain = tiny_model(tokenizer, seed=2, hidden_size=64)
+    assert plain.config._attn_implementation == "sdpa"
+    ours = copy.deepcopy(plain)
+    assert fast_paths.eager_attention_for_gradients(ours) is None
+    ids, mask, _ = batch(len(tokenizer))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.no_grad():
+            assert torch.equal(
+                ours(input_ids=ids, attention_mask=mask).logits,
+                plain(input_ids=ids, attention_mask=mask).logits,
+            )
+        got, expected = (token_logprobs(m, ids, mask) for m in (ours, plain))
+    scored = (mask[:, 1:] & mask[:, :-1]).bool()  # real tokens after a real token: what a loss reads
+    assert (got - expected)[scored].abs().max() < 0.02  # bf16 rounding of the attention scores
+    advantages = torch.linspace(-1, 1, got.size(1))
+    for logprobs in (got, expected):
+        (logprobs * advantages).masked_fill(~scored, 0).sum().backward()
+    grads = [torch.cat([p.grad.flatten() for p in m.parameters()]) for m in (ours, plain)]
+    assert torch.nn.functional.cosine_similarity(*grads, dim=0) > 0.999
+    assert "eager" not in plain.config.to_json_string()  # the registered name is not saved with the model
 
 
 def grpo_trainer(tokenizer, tmp_path, **config):
@@ -150,16 +226,18 @@ def test_apply_installs_what_fits_the_trainer(tokenizer, tmp_path):
 
     trainer = grpo_trainer(tokenizer, tmp_path)
     assert fast_paths.install(trainer) == [
-        "generation under one autocast context",
+        "generation under one autocast context, on packed bf16 weights",
         "completion-only log-prob head",
+        "eager attention in the training passes",
     ]
     assert trainer.model.forward.__func__.__code__.co_filename == fast_paths.__file__  # our head over TRL's
     with_reference = grpo_trainer(tokenizer, tmp_path, beta=0.04)  # TRL keeps a reference model
     assert "completion-only log-prob head" in fast_paths.install(with_reference)
     assert with_reference.ref_model.forward.__func__.__code__.co_filename == fast_paths.__file__
     assert fast_paths.install(grpo_trainer(tokenizer, tmp_path, entropy_coef=0.01)) == [
-        "generation under one autocast context",
+        "generation under one autocast context, on packed bf16 weights",
         "completion-only log-prob head off: the entropy bonus needs TRL's head",
+        "eager attention in the training passes",
     ]  # each speed-up that cannot apply says why
     # A model TRL did not patch is left alone.
     assert fast_paths.completion_logprob_head(tiny_model(tokenizer), temperature=1.0) is False
@@ -178,10 +256,10 @@ def test_the_switch_and_the_version_guard(tokenizer, tmp_path, monkeypatch):
 
     trainer = grpo_trainer(tokenizer, tmp_path)
     assert fast_paths.apply(trainer, False) == "off (grpo.fast_paths=false)"
-    assert not getattr(trainer.model.generate, "_cached_casts", False)  # nothing installed
+    assert not getattr(trainer.model.generate, "_fast", False)  # nothing installed
     monkeypatch.setattr(trl, "__version__", "99.0.0")
     assert fast_paths.apply(trainer, "auto") == "off: written for TRL 1.16.0, TRL 99.0.0 is installed"
-    assert not getattr(trainer.model.generate, "_cached_casts", False)
+    assert not getattr(trainer.model.generate, "_fast", False)
     with pytest.raises(ConfigError, match="grpo.fast_paths=true: written for TRL 1.16.0, TRL 99.0.0 is"):
         fast_paths.apply(trainer, True)  # true refuses what auto falls back from
-    assert not getattr(trainer.model.generate, "_cached_casts", False)
+    assert not getattr(trainer.model.generate, "_fast", False)

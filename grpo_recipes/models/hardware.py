@@ -5,10 +5,8 @@ plugin and runs plain DDP; DeepSpeed ZeRO-2/3 run on CPU processes, README "Scal
 from __future__ import annotations
 
 import contextlib
-import functools
 import importlib.util
 import os
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -43,20 +41,6 @@ def host_memory_bytes() -> int:
         limit = f.read().strip()  # "max" when unlimited
         memory = min(memory, int(limit)) if limit.isdigit() else memory
     return memory // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-
-
-@functools.cache
-def _glibc():
-    import ctypes
-    import platform
-
-    return ctypes.CDLL("libc.so.6") if sys.platform == "linux" and platform.libc_ver()[0] == "glibc" else None
-
-
-def trim_heap() -> bool:
-    """Give freed heap back to the OS: glibc kept the KV cache and bf16 weight copies freed after generation
-    resident under the training forward's activations (benchmarks/RESULTS.md, target 6)."""
-    return bool((libc := _glibc()) is not None and libc.malloc_trim(0))
 
 
 def resolve_activation_checkpointing(grpo: dict, model, hw: Hardware, lora: bool, memory_bytes=None) -> bool:

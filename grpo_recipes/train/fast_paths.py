@@ -1,40 +1,169 @@
-"""Two CPU speed-ups for GRPOTrainer (benchmarks/RESULTS.md, targets 1 and 2): generation under one autocast
-context, and completion log-probs from the model's own logits. Both stand in for TRL internals, so
-`grpo.fast_paths: auto` installs them only on the TRL versions they were tested on (TESTED_TRL)."""
+"""CPU speed-ups for GRPOTrainer (benchmarks/RESULTS.md, "The step against the machine's limit"):
+generation under one autocast context on packed bf16 weights with a bf16 KV cache, completion log-probs
+from the model's own logits, and eager attention where gradients flow. The head stands in for a TRL internal,
+so `grpo.fast_paths: auto` installs them only on the TRL versions they were tested on (TESTED_TRL)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import logging
 import types
 
 from grpo_common.errors import ConfigError
-from grpo_recipes.models.hardware import host_memory_bytes, trim_heap
+from grpo_recipes.models.hardware import host_memory_bytes
 
 log = logging.getLogger(__name__)
 
 TESTED_TRL = ("1.16.0",)
 
 
-def generate_with_cached_casts(model, accelerator) -> None:
-    """Run `model.generate` inside one autocast context: leaving autocast, as accelerate does after each
-    `forward`, empties its cache of bf16 weight copies, so every decoding step cast all the weights again."""
+def packed_weights_off(accelerator) -> str | None:
+    """Why `generate` cannot run on packed bf16 weights here, or None when it can."""
+    import torch
+    from accelerate.utils import DistributedType
+
+    if accelerator.device.type != "cpu" or accelerator.mixed_precision != "bf16":
+        return "bf16 autocast on a CPU only"
+    if accelerator.distributed_type in (DistributedType.DEEPSPEED, DistributedType.FSDP):
+        return "the weights are sharded"
+    if not (torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
+        return "this torch has no oneDNN bf16 GEMM"
+    return None
+
+
+@contextlib.contextmanager
+def packed_linears(model, rows: int):
+    """Every `nn.Linear` of `model` computes its decoding passes (`rows` rows: one token a sequence) from its
+    weight cast to bf16 and reordered once for oneDNN's GEMM: F.linear under autocast reorders it on every
+    call, which at 16 rows costs more than the multiply. The same bf16 GEMM: token-identical greedy
+    generations (tests/test_fast_paths.py). Other shapes (the prefill) keep F.linear, whose kernel choice
+    varies with the row count. torch 2.13 has no public API for this (inductor's freezing packs weights the
+    same way, but freezes them), so it calls the op inductor emits."""
+    import torch
+
+    def packed_forward(module, weight, bias, x):
+        if x.numel() != rows * x.shape[-1]:
+            return type(module).forward(module, x)
+        return torch.ops.mkldnn._linear_pointwise(x.to(torch.bfloat16), weight, bias, "none", [], "")
+
+    packed = [m for m in model.modules() if type(m) is torch.nn.Linear and m.weight.device.type == "cpu"]
+    for m in packed:
+        weight = torch.ops.mkldnn._reorder_linear_weight(m.weight.detach().to(torch.bfloat16), rows)
+        bias = None if m.bias is None else m.bias.detach().to(torch.bfloat16)
+        m.forward = functools.partial(packed_forward, m, weight, bias)
+    try:
+        yield
+    finally:
+        for m in packed:
+            del m.forward  # back to the class's forward; the packed copies are freed
+
+
+def buffered_cache(model, dtype):
+    """A DynamicCache for `generate` whose full-attention layers keep keys and values in `dtype` (the
+    autocast dtype, which SDPA casts them to anyway) in buffers grown by doubling: DynamicLayer concatenates
+    the whole cache at every token, and rotary embeddings leave the keys in fp32. Same values, same outputs.
+    None where the model has other kinds of layers (sliding windows, ...)."""
+    from transformers.cache_utils import DynamicCache, DynamicLayer
+
+    class BufferedLayer(DynamicLayer):
+        def update(self, key_states, value_states, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+                self.dtype, self.buffers = dtype, None
+            n, add = self.get_seq_length(), key_states.shape[-2]
+            # (re)allocate: first use, full, or keys replaced by another Cache method (batch select, reorder)
+            if (
+                self.buffers is None
+                or self.buffers[0].shape[-2] < n + add
+                or (n > 0 and self.keys.data_ptr() != self.buffers[0].data_ptr())
+            ):
+                old = (self.keys, self.values) if n else None
+                size = max(2 * (n + add), 64)
+                shapes = [(*x.shape[:-2], size, x.shape[-1]) for x in (key_states, value_states)]
+                self.buffers = [key_states.new_empty(shape, dtype=dtype) for shape in shapes]
+                for buffer, x in zip(self.buffers, old or ()):
+                    buffer[..., :n, :] = x
+            for buffer, x in zip(self.buffers, (key_states, value_states)):
+                buffer[..., n : n + add, :] = x
+            self.keys, self.values = (buffer[..., : n + add, :] for buffer in self.buffers)
+            return self.keys, self.values
+
+    cache = DynamicCache(config=model.config)
+    if not all(type(layer) is DynamicLayer for layer in cache.layers):
+        return None
+    cache.layers = [BufferedLayer() for _ in cache.layers]
+    return cache
+
+
+def fast_generation(model, accelerator, strict: bool = False) -> str:
+    """Run `model.generate` inside one autocast context (leaving autocast, as accelerate does after each
+    `forward`, empties its cache of bf16 weight copies, so every decoding step would cast all the weights
+    again) and, on a CPU, on packed bf16 weights with a bf16 KV cache. Returns what was installed; `strict`
+    refuses a bf16 CPU run that cannot pack."""
+    import torch
+
+    if accelerator.mixed_precision == "no":
+        return "generation under one autocast context off: fp32, no weight is cast"
+    why_not_packed = packed_weights_off(accelerator)
+    if strict and why_not_packed and accelerator.device.type == "cpu":
+        raise ConfigError(f"grpo.fast_paths=true: packed weights off: {why_not_packed}; auto goes without")
     generate = model.generate
-    if getattr(generate, "_cached_casts", False):
-        return
+    if not getattr(generate, "_fast", False):
 
-    @functools.wraps(generate)
-    def generate_in_autocast(*args, **kwargs):
-        try:
-            with accelerator.autocast():
+        @functools.wraps(generate)
+        def fast_generate(*args, **kwargs):
+            ids = kwargs.get("input_ids", args[0] if args else None)
+            with contextlib.ExitStack() as stack:
+                stack.enter_context(accelerator.autocast())
+                if why_not_packed is None and ids is not None:
+                    stack.enter_context(packed_linears(model, rows=len(ids)))
+                    if kwargs.get("past_key_values") is None and kwargs.get("use_cache", True):
+                        kwargs["past_key_values"] = buffered_cache(model, torch.bfloat16)
                 return generate(*args, **kwargs)
-        finally:
-            if accelerator.device.type == "cpu":
-                trim_heap()  # return the weight copies and KV cache just freed to the OS
 
-    generate_in_autocast._cached_casts = True
-    model.generate = generate_in_autocast
+        fast_generate._fast = True
+        model.generate = fast_generate
+    return "generation under one autocast context, " + (
+        f"packed weights off: {why_not_packed}" if why_not_packed else "on packed bf16 weights"
+    )
+
+
+EAGER_FOR_GRADIENTS = "sdpa, eager with gradients"  # the attention name registered below
+
+
+def eager_attention_for_gradients(model) -> str | None:
+    """Attention as eager matmuls in passes that keep gradients, SDPA in the others (generation, evals,
+    reference log-probs): on a CPU SDPA's flash-attention backward takes ~16 ms a layer at the default
+    step's shapes, eager's forward and backward together less than half of that (benchmarks/RESULTS.md).
+    Registered through transformers' public attention and mask interfaces; not saved with the model's
+    config. Returns why it is off, or None."""
+    import sys
+
+    import torch
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
+
+    if model.config._attn_implementation != "sdpa":
+        return f"attention is {model.config._attn_implementation}, not sdpa"
+    eager = getattr(sys.modules[type(model).__module__], "eager_attention_forward", None)
+    if eager is None:  # each model's modeling file defines its own (softcapping, sinks, ...)
+        return f"{type(model).__name__} has no eager_attention_forward"
+
+    def mask(*args, **kwargs):  # a float mask for eager, SDPA's boolean (or none) otherwise
+        return (eager_mask if torch.is_grad_enabled() else sdpa_mask)(*args, **kwargs)
+
+    def attention(module, query, key, value, attention_mask, **kwargs):
+        if attention_mask is not None and attention_mask.is_floating_point():
+            return eager(module, query, key, value, attention_mask, **kwargs)
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+    AttentionMaskInterface.register(EAGER_FOR_GRADIENTS, mask)
+    AttentionInterface.register(EAGER_FOR_GRADIENTS, attention)
+    model.set_attn_implementation(EAGER_FOR_GRADIENTS)
+    return None
 
 
 def completion_logprob_head(model, temperature: float, max_logits: int | None = None) -> bool:
@@ -115,9 +244,7 @@ def apply(trainer, mode: bool | str | None = None) -> str:
 
 
 def install(trainer, strict: bool = False) -> list[str]:
-    generate_with_cached_casts(trainer.model, trainer.accelerator)
-    fp32 = trainer.accelerator.mixed_precision == "no"
-    installed = [f"generation under one autocast context{' off: fp32, no weight is cast' if fp32 else ''}"]
+    installed = [fast_generation(trainer.model, trainer.accelerator, strict)]
     args = trainer.args
     # TRL patches the base model under PEFT, and the reference model when there is one (beta > 0).
     models = [trainer.model.get_base_model() if hasattr(trainer.model, "get_base_model") else trainer.model]
@@ -136,4 +263,7 @@ def install(trainer, strict: bool = False) -> list[str]:
         if strict:
             raise ConfigError(f"grpo.fast_paths=true: {why} to stand in for; auto falls back to it")
     installed.append(f"completion-only log-prob head{f' off: {why}' if why else ''}")
+    why = "SDPA's backward is fast on a GPU" if trainer.accelerator.device.type != "cpu" else None
+    why = why or eager_attention_for_gradients(models[0])
+    installed.append(f"eager attention in the training passes{f' off: {why}' if why else ''}")
     return installed

@@ -98,7 +98,7 @@ def eval_only(cfg: dict[str, Any], run_dir: Path, s: Setup) -> float:
     describe(cfg, run_dir, s, accelerator)
     model = accelerator.prepare_model(s.model, evaluation_mode=True).eval()
     if s.args.fast_paths is not False:  # as training generated its evals
-        fast_paths.generate_with_cached_casts(model, accelerator)
+        fast_paths.fast_generation(model, accelerator)
     state = Path(cfg["model"]["path"]).expanduser() / "trainer_state.json"  # a checkpoint's; base model: 0
     step = TrainerState.load_from_json(str(state)).global_step if state.is_file() else 0
     metrics, _ = make_evaluator(cfg, s).run(model, accelerator, step, run_dir / "eval_results")
