@@ -79,6 +79,27 @@ def test_direct_head_matches_trl_fused_head(tokenizer, bf16, temperature, monkey
         assert torch.allclose(grads, expected_grads, atol=1e-6, rtol=1e-4)
 
 
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_token_logprobs_in_chunks_match_log_softmax(monkeypatch, temperature):
+    """The chunked log-softmax (two sequences a chunk here) gives log_softmax's log-probs, entropy and
+    gradient."""
+    monkeypatch.setattr(fast_paths, "CHUNK_ELEMENTS", 2 * 7 * 50)
+    gen = torch.Generator().manual_seed(0)
+    logits = (3 * torch.randn(5, 7, 50, generator=gen)).requires_grad_()
+    targets = torch.randint(0, 50, (5, 7), generator=gen)
+    weights = torch.randn(5, 7, generator=gen)
+    picked, entropy = fast_paths.token_logprobs().apply(logits, targets, temperature)
+    (picked * weights).sum().backward()
+    got_grad, logits.grad = logits.grad, None
+
+    logp = torch.log_softmax(logits / temperature, dim=-1)
+    expected = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    (expected * weights).sum().backward()
+    assert torch.allclose(picked, expected, atol=1e-5)
+    assert torch.allclose(entropy, -(logp.exp() * logp).sum(-1), atol=1e-5) and not entropy.requires_grad
+    assert torch.allclose(got_grad, logits.grad, atol=1e-6)
+
+
 def test_large_micro_batches_keep_trls_head(tokenizer):
     trl_model, ours = heads(tokenizer, 1.0, max_logits=10)  # fewer logits than the batch scores
     ids, mask, labels = batch(len(tokenizer))

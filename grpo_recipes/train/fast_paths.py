@@ -177,9 +177,9 @@ def completion_logprob_head(model, temperature: float, max_logits: int | None = 
     fused_forward = model.forward  # TRL's: the original forward when fused_lm_head is False
     if not _has_trl_head(fused_forward):
         return False
-    # Completion logits a micro-batch may have for the direct head: a sixteenth of the host's memory at 18
-    # bytes a logit (a bf16 and a few fp32 copies); above it, TRL's memory-lean head is kept.
-    max_logits = host_memory_bytes() // 16 // 18 if max_logits is None else max_logits
+    # Completion logits a micro-batch may have for the direct head: a sixteenth of the host's memory at 4
+    # bytes a logit (the bf16 logits and their gradient); above it, TRL's memory-lean head is kept.
+    max_logits = host_memory_bytes() // 16 // 4 if max_logits is None else max_logits
 
     # The class's signature, as TRL keeps it: `generate` decides which inputs to pass (position_ids for
     # left padding, logits_to_keep) from it.
@@ -201,11 +201,8 @@ def completion_logprob_head(model, temperature: float, max_logits: int | None = 
         logits = fused_forward(logits_to_keep=keep + 1, **kwargs).logits[:, :-1]
         targets = labels[:, first + 1 :]
         mask = targets != -100
-        logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)
-        picked = logp_all.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
-        log_probs = picked.masked_fill(~mask, 0.0)
-        with torch.no_grad():
-            entropy = -(logp_all.exp() * logp_all).sum(-1).masked_fill(~mask, 0.0)
+        picked, entropy = token_logprobs().apply(logits, targets.clamp(min=0), temperature)
+        log_probs, entropy = picked.masked_fill(~mask, 0.0), entropy.masked_fill(~mask, 0.0)
 
         # back to TRL's (batch, seq_len - 1), zero on the unscored prompt positions
         widen = functools.partial(torch.nn.functional.pad, pad=(first, 0))
@@ -216,6 +213,50 @@ def completion_logprob_head(model, temperature: float, max_logits: int | None = 
 
     model.forward = types.MethodType(forward, model)
     return True
+
+
+CHUNK_ELEMENTS = 8 << 20  # 32 MB of fp32 work in the direct head's log-softmax
+
+
+@functools.cache
+def token_logprobs():
+    """An autograd Function: (log softmax(logits / T) at `targets`, entropy) for bf16 `logits` (batch,
+    positions, vocab), computed in fp32 a few sequences at a time, so no fp32 tensor over the vocabulary is
+    kept: the backward recomputes each chunk's softmax from the bf16 logits (benchmarks/RESULTS.md). The
+    entropy has no gradient (the entropy bonus keeps TRL's head)."""
+    import torch
+
+    def chunks(logits):  # whole sequences, CHUNK_ELEMENTS fp32 elements of work at a time
+        step = max(1, CHUNK_ELEMENTS // max(1, logits[0].numel()))
+        return [slice(i, i + step) for i in range(0, logits.size(0), step)]
+
+    class TokenLogProbs(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, logits, targets, temperature):
+            lse = logits.new_empty(logits.shape[:-1], dtype=torch.float32)
+            entropy = torch.empty_like(lse)
+            for rows in chunks(logits):
+                logp = logits[rows].float() / temperature  # a new fp32 tensor, even from fp32 logits
+                lse[rows] = torch.logsumexp(logp, dim=-1)
+                logp.sub_(lse[rows].unsqueeze(-1))
+                entropy[rows] = -(logp.exp() * logp).sum(-1)
+            picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1).float() / temperature - lse
+            ctx.save_for_backward(logits, targets, lse)
+            ctx.temperature = temperature
+            ctx.mark_non_differentiable(entropy)
+            return picked, entropy
+
+        @staticmethod
+        def backward(ctx, grad_picked, _):
+            logits, targets, lse = ctx.saved_tensors
+            g = (grad_picked / ctx.temperature).unsqueeze(-1)
+            grad = torch.empty_like(logits)
+            for rows in chunks(logits):  # d picked / d logits = (one-hot(target) - softmax) / T
+                p = (logits[rows].float() / ctx.temperature).sub_(lse[rows].unsqueeze(-1)).exp_()
+                grad[rows] = p.mul_(-g[rows]).scatter_add_(-1, targets[rows].unsqueeze(-1), g[rows])
+            return grad, None, None
+
+    return TokenLogProbs
 
 
 def _has_trl_head(forward) -> bool:
