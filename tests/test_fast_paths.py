@@ -145,6 +145,36 @@ def test_generation_is_unchanged(tokenizer, rows):
     assert not any("forward" in vars(m) for m in fast.modules() if type(m) is torch.nn.Linear)  # unpacked
 
 
+def test_each_distinct_prompt_is_prefilled_once(tokenizer):
+    """GRPO's rows repeat each prompt: the prompt goes through the model once, the cache is expanded to its
+    rows, and generation continues as from a prefill of every row (bf16 rounding apart)."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    plain = tiny_model(tokenizer, seed=2, hidden_size=64)
+    fast = copy.deepcopy(plain)
+    accelerator = Accelerator(cpu=True, mixed_precision="bf16")
+    fast_generation(fast, accelerator)
+    rows = []
+    fast.register_forward_pre_hook(
+        lambda m, args, kwargs: rows.append(kwargs["input_ids"].shape), with_kwargs=True
+    )
+    prompts = ["<|im_start|>user\n12+7?<|im_end|>\n", "<|im_start|>assistant\n"] * 3
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left")
+    kwargs = {"max_new_tokens": 6, "do_sample": False, "pad_token_id": tokenizer.pad_token_id}
+    kwargs.update(output_logits=True, return_dict_in_generate=True)
+    with torch.no_grad():
+        got = fast.generate(**enc, **kwargs)
+        with accelerator.autocast():
+            expected = plain.generate(**enc, **kwargs)
+    width = enc["input_ids"].shape[1]
+    assert rows[:2] == [(2, width - 1), (6, 1)]  # the distinct prompts less their last token, then every row
+    assert torch.equal(got.sequences, expected.sequences)
+    for a, b in zip(got.logits, expected.logits):
+        assert torch.allclose(a, b, atol=0.05)
+
+
 def test_packed_linears_compute_what_f_linear_computes():
     """Decoding-shaped calls (one row a sequence) take the packed weights, bit for bit F.linear's result
     under autocast; other shapes (the prefill) and the weights after the context are F.linear's own."""

@@ -39,25 +39,28 @@ def packed_linears(model, rows: int):
     weight cast to bf16 and reordered once for oneDNN's GEMM: F.linear under autocast reorders it on every
     call, which at 16 rows costs more than the multiply. The same bf16 GEMM: token-identical greedy
     generations (tests/test_fast_paths.py). Other shapes (the prefill) keep F.linear, whose kernel choice
-    varies with the row count. torch 2.13 has no public API for this (inductor's freezing packs weights the
-    same way, but freezes them), so it calls the op inductor emits."""
+    varies with the row count, on the same bf16 copy (what autocast would cast again). torch 2.13 has no
+    public API for packing (inductor's freezing packs weights the same way, but freezes them), so it calls
+    the op inductor emits."""
     import torch
 
-    def packed_forward(module, weight, bias, x):
+    def packed_forward(weight, packed, bias, x):  # autocast's F.linear, on weights cast once
+        x = x.to(torch.bfloat16)
         if x.numel() != rows * x.shape[-1]:
-            return type(module).forward(module, x)
-        return torch.ops.mkldnn._linear_pointwise(x.to(torch.bfloat16), weight, bias, "none", [], "")
+            return torch.nn.functional.linear(x, weight, bias)
+        return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
-    packed = [m for m in model.modules() if type(m) is torch.nn.Linear and m.weight.device.type == "cpu"]
-    for m in packed:
-        weight = torch.ops.mkldnn._reorder_linear_weight(m.weight.detach().to(torch.bfloat16), rows)
+    linears = [m for m in model.modules() if type(m) is torch.nn.Linear and m.weight.device.type == "cpu"]
+    for m in linears:
+        weight = m.weight.detach().to(torch.bfloat16)
         bias = None if m.bias is None else m.bias.detach().to(torch.bfloat16)
-        m.forward = functools.partial(packed_forward, m, weight, bias)
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight, rows)
+        m.forward = functools.partial(packed_forward, weight, packed, bias)
     try:
         yield
     finally:
-        for m in packed:
-            del m.forward  # back to the class's forward; the packed copies are freed
+        for m in linears:
+            del m.forward  # back to the class's forward; the bf16 copies are freed
 
 
 def buffered_cache(model, dtype):
@@ -97,6 +100,27 @@ def buffered_cache(model, dtype):
     return cache
 
 
+def prefill_once_per_prompt(model, kwargs: dict, cache) -> None:
+    """GRPO generates each prompt `num_generations` times, as separate rows. Fill `cache` with all but the
+    last token of each distinct prompt, once, and expand it to every row: `generate` then computes only the
+    last prompt token and what follows. Nothing happens where the rows' prompts are distinct (the fixed
+    eval)."""
+    import torch
+
+    ids, mask, config = (kwargs.get(k) for k in ("input_ids", "attention_mask", "generation_config"))
+    inputs = [k for k, v in kwargs.items() if torch.is_tensor(v) and k not in ("input_ids", "attention_mask")]
+    samples = kwargs.get("num_return_sequences") or getattr(config, "num_return_sequences", None) or 1
+    if inputs or mask is None or ids.size(1) < 2 or samples > 1:  # images, token types, ...: left alone
+        return
+    unique, rows = torch.unique(torch.cat([ids, mask], dim=1), dim=0, return_inverse=True)
+    if len(unique) == len(ids):
+        return
+    ids, mask = unique[:, : ids.size(1) - 1], unique[:, ids.size(1) : -1]
+    positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)  # as generate numbers left-padded prompts
+    model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, logits_to_keep=1)
+    cache.batch_select_indices(rows)
+
+
 def fast_generation(model, accelerator, strict: bool = False) -> str:
     """Run `model.generate` inside one autocast context (leaving autocast, as accelerate does after each
     `forward`, empties its cache of bf16 weight copies, so every decoding step would cast all the weights
@@ -120,7 +144,9 @@ def fast_generation(model, accelerator, strict: bool = False) -> str:
                 if why_not_packed is None and ids is not None:
                     stack.enter_context(packed_linears(model, rows=len(ids)))
                     if kwargs.get("past_key_values") is None and kwargs.get("use_cache", True):
-                        kwargs["past_key_values"] = buffered_cache(model, torch.bfloat16)
+                        kwargs["past_key_values"] = cache = buffered_cache(model, torch.bfloat16)
+                        if cache is not None and not args:
+                            prefill_once_per_prompt(model, kwargs, cache)
                 return generate(*args, **kwargs)
 
         fast_generate._fast = True
