@@ -294,6 +294,21 @@ def test_apply_installs_what_fits_the_trainer(tokenizer, tmp_path):
     assert fast_paths.completion_logprob_head(tiny_model(tokenizer), temperature=1.0) is False
 
 
+def test_a_fast_path_that_cannot_apply_says_why(tokenizer, tmp_path):
+    """A forward wrapped without functools.wraps (a profiler, a user's hook) hides TRL's head: the log line
+    says so, and `true` refuses; a model on eager attention keeps it, and says so."""
+    trainer = grpo_trainer(tokenizer, tmp_path)
+    forward = trainer.model.forward
+    trainer.model.forward = lambda *args, **kwargs: forward(*args, **kwargs)
+    trainer.model.config._attn_implementation = "eager"
+    assert fast_paths.install(trainer)[1:] == [
+        "completion-only log-prob head off: TRL's fused LM head was not found",
+        "eager attention in the training passes off: attention is eager, not sdpa",
+    ]
+    with pytest.raises(ConfigError, match="grpo.fast_paths=true: TRL's fused LM head was not found"):
+        fast_paths.install(trainer, strict=True)
+
+
 def test_the_pinned_trl_is_the_one_the_fast_paths_were_written_for():
     """Fails on a TRL upgrade: re-check what the fast paths stand in for, then update TESTED_TRL (with
     `grpo.fast_paths: auto` they switch themselves off meanwhile)."""

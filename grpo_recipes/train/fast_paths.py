@@ -1,7 +1,8 @@
 """CPU speed-ups for GRPOTrainer (benchmarks/RESULTS.md, "The step against the machine's limit"):
-generation under one autocast context on packed bf16 weights with a bf16 KV cache, completion log-probs
-from the model's own logits, and eager attention where gradients flow. The head stands in for a TRL internal,
-so `grpo.fast_paths: auto` installs them only on the TRL versions they were tested on (TESTED_TRL)."""
+generation under one autocast context on packed bf16 weights, with a bf16 KV cache and each distinct
+prompt prefilled once; completion log-probs from the model's own logits; eager attention where gradients
+flow. The head stands in for a TRL internal, so `grpo.fast_paths: auto` installs them only on the TRL
+versions they were tested on (TESTED_TRL)."""
 
 from __future__ import annotations
 
