@@ -8,8 +8,8 @@ import torch
 
 from grpo_common.errors import ConfigError
 from grpo_recipes.models.tiny import tiny_model, tiny_tokenizer
-from grpo_recipes.train import fast_paths
-from grpo_recipes.train.fast_paths import completion_logprob_head, fast_generation
+from grpo_recipes.train import fast_generation, fast_paths
+from grpo_recipes.train.fast_paths import completion_logprob_head
 
 
 @pytest.fixture(scope="module")
@@ -125,9 +125,8 @@ def test_generation_is_unchanged(tokenizer, rows):
     add_fused_lm_head(fast, outputs=("log_probs", "entropy"))
     completion_logprob_head(fast, temperature=1.0)
     accelerator = Accelerator(cpu=True, mixed_precision="bf16")
-    assert (
-        fast_generation(fast, accelerator) == "generation under one autocast context, on packed bf16 weights"
-    )
+    installed = fast_generation.fast_generation(fast, accelerator)
+    assert installed == "generation under one autocast context, on packed bf16 weights"
     assert (
         inspect.signature(fast.forward).parameters.keys()
         == inspect.signature(plain.forward).parameters.keys()
@@ -155,7 +154,7 @@ def test_each_distinct_prompt_is_prefilled_once(tokenizer):
     plain = tiny_model(tokenizer, seed=2, hidden_size=64)
     fast = copy.deepcopy(plain)
     accelerator = Accelerator(cpu=True, mixed_precision="bf16")
-    fast_generation(fast, accelerator)
+    fast_generation.fast_generation(fast, accelerator)
     rows = []
     fast.register_forward_pre_hook(
         lambda m, args, kwargs: rows.append(kwargs["input_ids"].shape), with_kwargs=True
@@ -185,7 +184,7 @@ def test_packed_linears_compute_what_f_linear_computes():
             layer(x),
             layer(torch.randn(6, 5, 48, generator=torch.Generator().manual_seed(1))),
         )
-        with fast_paths.packed_linears(layer, rows=6):
+        with fast_generation.packed_linears(layer, rows=6):
             assert "forward" in vars(layer)
             got = layer(x)
             prefill = layer(torch.randn(6, 5, 48, generator=torch.Generator().manual_seed(1)))
@@ -200,7 +199,7 @@ def test_buffered_cache_keeps_what_dynamic_cache_keeps(tokenizer):
     from transformers.cache_utils import DynamicCache
 
     model = tiny_model(tokenizer, seed=2, hidden_size=64)
-    ours, plain = fast_paths.buffered_cache(model, torch.bfloat16), DynamicCache(config=model.config)
+    ours, plain = fast_generation.buffered_cache(model, torch.bfloat16), DynamicCache(config=model.config)
     gen = torch.Generator().manual_seed(0)
     for step, tokens in enumerate([5, 1, 60, 1, 1]):
         k, v = (torch.randn(3 if step <= 2 else 2, 2, tokens, 16, generator=gen) for _ in range(2))
@@ -215,7 +214,7 @@ def test_buffered_cache_keeps_what_dynamic_cache_keeps(tokenizer):
     assert ours.get_seq_length() == plain.get_seq_length() == 5 + 1 + 60 - 4 + 2
 
 
-def token_logprobs(model, ids, mask):
+def next_token_logprobs(model, ids, mask):
     logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
     return torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
 
@@ -234,7 +233,7 @@ def test_eager_attention_for_gradients(tokenizer):
                 ours(input_ids=ids, attention_mask=mask).logits,
                 plain(input_ids=ids, attention_mask=mask).logits,
             )
-        got, expected = (token_logprobs(m, ids, mask) for m in (ours, plain))
+        got, expected = (next_token_logprobs(m, ids, mask) for m in (ours, plain))
     scored = (mask[:, 1:] & mask[:, :-1]).bool()  # real tokens after a real token: what a loss reads
     assert (got - expected)[scored].abs().max() < 0.02  # bf16 rounding of the attention scores
     advantages = torch.linspace(-1, 1, got.size(1))

@@ -1,12 +1,10 @@
-"""CPU speed-ups for GRPOTrainer (benchmarks/RESULTS.md, "The step against the machine's limit"):
-generation under one autocast context on packed bf16 weights, with a bf16 KV cache and each distinct
-prompt prefilled once; completion log-probs from the model's own logits; eager attention where gradients
-flow. The head stands in for a TRL internal, so `grpo.fast_paths: auto` installs them only on the TRL
-versions they were tested on (TESTED_TRL)."""
+"""CPU speed-ups for GRPOTrainer (benchmarks/RESULTS.md, "The step against the machine's limit"): the fast
+generation of train/fast_generation.py; completion log-probs from the model's own logits; eager attention
+where gradients flow. The head stands in for a TRL internal, so `grpo.fast_paths: auto` installs them only
+on the TRL versions they were tested on (TESTED_TRL)."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import inspect
 import logging
@@ -14,158 +12,20 @@ import types
 
 from grpo_common.errors import ConfigError
 from grpo_recipes.models.hardware import host_memory_bytes
+from grpo_recipes.train.fast_generation import fast_generation
 
 log = logging.getLogger(__name__)
 
 TESTED_TRL = ("1.16.0",)
 
 
-def packed_weights_off(accelerator) -> str | None:
-    """Why `generate` cannot run on packed bf16 weights here, or None when it can."""
-    import torch
-    from accelerate.utils import DistributedType
-
-    if accelerator.device.type != "cpu" or accelerator.mixed_precision != "bf16":
-        return "bf16 autocast on a CPU only"
-    if accelerator.distributed_type in (DistributedType.DEEPSPEED, DistributedType.FSDP):
-        return "the weights are sharded"
-    if not (torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
-        return "this torch has no oneDNN bf16 GEMM"
-    return None
-
-
-@contextlib.contextmanager
-def packed_linears(model, rows: int):
-    """Every `nn.Linear` of `model` computes its decoding passes (`rows` rows: one token a sequence) from its
-    weight cast to bf16 and reordered once for oneDNN's GEMM: F.linear under autocast reorders it on every
-    call, which at 16 rows costs more than the multiply. The same bf16 GEMM: token-identical greedy
-    generations (tests/test_fast_paths.py). Other shapes (the prefill) keep F.linear, whose kernel choice
-    varies with the row count, on the same bf16 copy (what autocast would cast again). torch 2.13 has no
-    public API for packing (inductor's freezing packs weights the same way, but freezes them), so it calls
-    the op inductor emits."""
-    import torch
-
-    def packed_forward(weight, packed, bias, x):  # autocast's F.linear, on weights cast once
-        x = x.to(torch.bfloat16)
-        if x.numel() != rows * x.shape[-1]:
-            return torch.nn.functional.linear(x, weight, bias)
-        return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
-
-    linears = [m for m in model.modules() if type(m) is torch.nn.Linear and m.weight.device.type == "cpu"]
-    for m in linears:
-        weight = m.weight.detach().to(torch.bfloat16)
-        bias = None if m.bias is None else m.bias.detach().to(torch.bfloat16)
-        packed = torch.ops.mkldnn._reorder_linear_weight(weight, rows)
-        m.forward = functools.partial(packed_forward, weight, packed, bias)
-    try:
-        yield
-    finally:
-        for m in linears:
-            del m.forward  # back to the class's forward; the bf16 copies are freed
-
-
-def buffered_cache(model, dtype):
-    """A DynamicCache for `generate` whose full-attention layers keep keys and values in `dtype` (the
-    autocast dtype, which SDPA casts them to anyway) in buffers grown by doubling: DynamicLayer concatenates
-    the whole cache at every token, and rotary embeddings leave the keys in fp32. Same values, same outputs.
-    None where the model has other kinds of layers (sliding windows, ...)."""
-    from transformers.cache_utils import DynamicCache, DynamicLayer
-
-    class BufferedLayer(DynamicLayer):
-        def update(self, key_states, value_states, *args, **kwargs):
-            if not self.is_initialized:
-                self.lazy_initialization(key_states, value_states)
-                self.dtype, self.buffers = dtype, None
-            n, add = self.get_seq_length(), key_states.shape[-2]
-            # (re)allocate: first use, full, or keys replaced by another Cache method (batch select, reorder)
-            if (
-                self.buffers is None
-                or self.buffers[0].shape[-2] < n + add
-                or (n > 0 and self.keys.data_ptr() != self.buffers[0].data_ptr())
-            ):
-                old = (self.keys, self.values) if n else None
-                size = max(2 * (n + add), 64)
-                shapes = [(*x.shape[:-2], size, x.shape[-1]) for x in (key_states, value_states)]
-                self.buffers = [key_states.new_empty(shape, dtype=dtype) for shape in shapes]
-                for buffer, x in zip(self.buffers, old or ()):
-                    buffer[..., :n, :] = x
-            for buffer, x in zip(self.buffers, (key_states, value_states)):
-                buffer[..., n : n + add, :] = x
-            self.keys, self.values = (buffer[..., : n + add, :] for buffer in self.buffers)
-            return self.keys, self.values
-
-    cache = DynamicCache(config=model.config)
-    if not all(type(layer) is DynamicLayer for layer in cache.layers):
-        return None
-    cache.layers = [BufferedLayer() for _ in cache.layers]
-    return cache
-
-
-def prefill_once_per_prompt(model, kwargs: dict, cache) -> None:
-    """GRPO generates each prompt `num_generations` times, as separate rows. Fill `cache` with all but the
-    last token of each distinct prompt, once, and expand it to every row: `generate` then computes only the
-    last prompt token and what follows. Nothing happens where the rows' prompts are distinct (the fixed
-    eval)."""
-    import torch
-
-    ids, mask, config = (kwargs.get(k) for k in ("input_ids", "attention_mask", "generation_config"))
-    inputs = [k for k, v in kwargs.items() if torch.is_tensor(v) and k not in ("input_ids", "attention_mask")]
-    samples = kwargs.get("num_return_sequences") or getattr(config, "num_return_sequences", None) or 1
-    if inputs or mask is None or ids.size(1) < 2 or samples > 1:  # images, token types, ...: left alone
-        return
-    unique, rows = torch.unique(torch.cat([ids, mask], dim=1), dim=0, return_inverse=True)
-    if len(unique) == len(ids):
-        return
-    ids, mask = unique[:, : ids.size(1) - 1], unique[:, ids.size(1) : -1]
-    positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)  # as generate numbers left-padded prompts
-    model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, logits_to_keep=1)
-    cache.batch_select_indices(rows)
-
-
-def fast_generation(model, accelerator, strict: bool = False) -> str:
-    """Run `model.generate` inside one autocast context (leaving autocast, as accelerate does after each
-    `forward`, empties its cache of bf16 weight copies, so every decoding step would cast all the weights
-    again) and, on a CPU, on packed bf16 weights with a bf16 KV cache. Returns what was installed; `strict`
-    refuses a bf16 CPU run that cannot pack."""
-    import torch
-
-    if accelerator.mixed_precision == "no":
-        return "generation under one autocast context off: fp32, no weight is cast"
-    why_not_packed = packed_weights_off(accelerator)
-    if strict and why_not_packed and accelerator.device.type == "cpu":
-        raise ConfigError(f"grpo.fast_paths=true: packed weights off: {why_not_packed}; auto goes without")
-    generate = model.generate
-    if not getattr(generate, "_fast", False):
-
-        @functools.wraps(generate)
-        def fast_generate(*args, **kwargs):
-            ids = kwargs.get("input_ids", args[0] if args else None)
-            with contextlib.ExitStack() as stack:
-                stack.enter_context(accelerator.autocast())
-                if why_not_packed is None and ids is not None:
-                    stack.enter_context(packed_linears(model, rows=len(ids)))
-                    if kwargs.get("past_key_values") is None and kwargs.get("use_cache", True):
-                        kwargs["past_key_values"] = cache = buffered_cache(model, torch.bfloat16)
-                        if cache is not None and not args:
-                            prefill_once_per_prompt(model, kwargs, cache)
-                return generate(*args, **kwargs)
-
-        fast_generate._fast = True
-        model.generate = fast_generate
-    return "generation under one autocast context, " + (
-        f"packed weights off: {why_not_packed}" if why_not_packed else "on packed bf16 weights"
-    )
-
-
 EAGER_FOR_GRADIENTS = "sdpa, eager with gradients"  # the attention name registered below
 
 
 def eager_attention_for_gradients(model) -> str | None:
-    """Attention as eager matmuls in passes that keep gradients, SDPA in the others (generation, evals,
-    reference log-probs): on a CPU SDPA's flash-attention backward takes ~16 ms a layer at the default
-    step's shapes, eager's forward and backward together less than half of that (benchmarks/RESULTS.md).
-    Registered through transformers' public attention and mask interfaces; not saved with the model's
-    config. Returns why it is off, or None."""
+    """Eager attention in passes with gradients, SDPA in the others (generation, evals, reference log-probs):
+    SDPA's CPU flash backward is ~3x eager's (benchmarks/RESULTS.md). Registered through transformers'
+    public attention and mask interfaces, not saved with the config. Returns why it is off, or None."""
     import sys
 
     import torch
@@ -247,10 +107,9 @@ CHUNK_ELEMENTS = 8 << 20  # 32 MB of fp32 work in the direct head's log-softmax
 
 @functools.cache
 def token_logprobs():
-    """An autograd Function: (log softmax(logits / T) at `targets`, entropy) for bf16 `logits` (batch,
-    positions, vocab), computed in fp32 a few sequences at a time, so no fp32 tensor over the vocabulary is
-    kept: the backward recomputes each chunk's softmax from the bf16 logits (benchmarks/RESULTS.md). The
-    entropy has no gradient (the entropy bonus keeps TRL's head)."""
+    """An autograd Function: (log softmax(logits / T) at `targets`, entropy) of bf16 `logits` (batch,
+    positions, vocab) in fp32 a few sequences at a time, keeping no fp32 vocabulary tensor: the backward
+    recomputes each chunk's softmax. The entropy has no gradient (the entropy bonus keeps TRL's head)."""
     import torch
 
     def chunks(logits):  # whole sequences, CHUNK_ELEMENTS fp32 elements of work at a time

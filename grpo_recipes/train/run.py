@@ -20,8 +20,8 @@ from grpo_recipes.config import resume
 from grpo_recipes.config.checks import check_config
 from grpo_recipes.config.trainer_args import checked_here
 from grpo_recipes.outputs.logs import append_metrics, load_evals, setup_console
-from grpo_recipes.train import fast_paths
 from grpo_recipes.train.assemble import Setup, assemble
+from grpo_recipes.train.fast_generation import fast_generation
 from grpo_recipes.train.stopping import Interrupted, crashed, full_disk, stopped, trim_metrics_after
 from grpo_recipes.train.trainer import Training, build_trainer, describe, make_evaluator
 
@@ -98,7 +98,7 @@ def eval_only(cfg: dict[str, Any], run_dir: Path, s: Setup) -> float:
     describe(cfg, run_dir, s, accelerator)
     model = accelerator.prepare_model(s.model, evaluation_mode=True).eval()
     if s.args.fast_paths is not False:  # as training generated its evals
-        fast_paths.fast_generation(model, accelerator)
+        fast_generation(model, accelerator)
     state = Path(cfg["model"]["path"]).expanduser() / "trainer_state.json"  # a checkpoint's; base model: 0
     step = TrainerState.load_from_json(str(state)).global_step if state.is_file() else 0
     metrics, _ = make_evaluator(cfg, s).run(model, accelerator, step, run_dir / "eval_results")

@@ -1,0 +1,146 @@
+"""Generation on a CPU for GRPOTrainer and the fixed eval (benchmarks/RESULTS.md, "The step against the
+machine's limit"): one autocast context, bf16 weights packed once per `generate` for oneDNN's decode GEMMs,
+a bf16 KV cache in buffers, and each distinct prompt prefilled once. Greedy outputs are token-identical to
+plain `generate` under autocast (tests/test_fast_paths.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+
+from grpo_common.errors import ConfigError
+
+
+def packed_weights_off(accelerator) -> str | None:
+    """Why `generate` cannot run on packed bf16 weights here, or None when it can."""
+    import torch
+    from accelerate.utils import DistributedType
+
+    if accelerator.device.type != "cpu" or accelerator.mixed_precision != "bf16":
+        return "bf16 autocast on a CPU only"
+    if accelerator.distributed_type in (DistributedType.DEEPSPEED, DistributedType.FSDP):
+        return "the weights are sharded"
+    if not (torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
+        return "this torch has no oneDNN bf16 GEMM"
+    return None
+
+
+@contextlib.contextmanager
+def packed_linears(model, rows: int):
+    """Every `nn.Linear` of `model` computes its decoding passes (`rows` rows, one token a sequence; 0: none)
+    from its weight cast to bf16 and reordered once for oneDNN (F.linear under autocast reorders it at every
+    call): the same GEMM, bit for bit. Other shapes (the prefill) keep F.linear, whose kernel varies with the
+    row count, on the same bf16 copy. No public API packs in torch 2.13 (inductor's freezing also freezes
+    the weights), so this calls the op inductor emits."""
+    import torch
+
+    def packed_forward(weight, packed, bias, x):  # autocast's F.linear, on weights cast once
+        x = x.to(torch.bfloat16)
+        if x.numel() != rows * x.shape[-1]:
+            return torch.nn.functional.linear(x, weight, bias)
+        return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+    modules = model.modules() if rows else ()
+    linears = [m for m in modules if type(m) is torch.nn.Linear and m.weight.device.type == "cpu"]
+    for m in linears:
+        weight = m.weight.detach().to(torch.bfloat16)
+        bias = None if m.bias is None else m.bias.detach().to(torch.bfloat16)
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight, rows)
+        m.forward = functools.partial(packed_forward, weight, packed, bias)
+    try:
+        yield
+    finally:
+        for m in linears:
+            del m.forward  # back to the class's forward; the bf16 copies are freed
+
+
+def buffered_cache(model, dtype):
+    """A DynamicCache whose layers keep keys and values in `dtype` (the autocast dtype SDPA casts them to:
+    the same values) in buffers grown by doubling, where DynamicLayer concatenates the whole cache at every
+    token. None for models with other kinds of layers (sliding windows, ...)."""
+    from transformers.cache_utils import DynamicCache, DynamicLayer
+
+    class BufferedLayer(DynamicLayer):
+        def update(self, key_states, value_states, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+                self.dtype, self.buffers = dtype, None
+            n, add = self.get_seq_length(), key_states.shape[-2]
+            # (re)allocate: first use, full, or keys replaced by another Cache method (batch select, reorder)
+            if (
+                self.buffers is None
+                or self.buffers[0].shape[-2] < n + add
+                or (n > 0 and self.keys.data_ptr() != self.buffers[0].data_ptr())
+            ):
+                old = (self.keys, self.values) if n else None
+                size = max(2 * (n + add), 64)
+                shapes = [(*x.shape[:-2], size, x.shape[-1]) for x in (key_states, value_states)]
+                self.buffers = [key_states.new_empty(shape, dtype=dtype) for shape in shapes]
+                for buffer, x in zip(self.buffers, old or ()):
+                    buffer[..., :n, :] = x
+            for buffer, x in zip(self.buffers, (key_states, value_states)):
+                buffer[..., n : n + add, :] = x
+            self.keys, self.values = (buffer[..., : n + add, :] for buffer in self.buffers)
+            return self.keys, self.values
+
+    cache = DynamicCache(config=model.config)
+    if not all(type(layer) is DynamicLayer for layer in cache.layers):
+        return None
+    cache.layers = [BufferedLayer() for _ in cache.layers]
+    return cache
+
+
+def prefilled_cache(model, kwargs: dict):
+    """The bf16 buffered cache for a `generate` call, filled with all but the last token of each distinct
+    prompt, once, and expanded to every row: GRPO repeats each prompt `num_generations` times, and
+    `generate` then computes only the last prompt token onwards. Left empty where the prompts are distinct
+    (the fixed eval) or come with other inputs (images, token types, ...)."""
+    import torch
+
+    cache = buffered_cache(model, torch.bfloat16)
+    ids, mask, config = (kwargs.get(k) for k in ("input_ids", "attention_mask", "generation_config"))
+    inputs = [k for k, v in kwargs.items() if torch.is_tensor(v) and k not in ("input_ids", "attention_mask")]
+    samples = kwargs.get("num_return_sequences") or getattr(config, "num_return_sequences", None) or 1
+    if cache is None or inputs or mask is None or ids.size(1) < 2 or samples > 1:
+        return cache
+    unique, rows = torch.unique(torch.cat([ids, mask], dim=1), dim=0, return_inverse=True)
+    if len(unique) < len(ids):
+        ids, mask = unique[:, : ids.size(1) - 1], unique[:, ids.size(1) : -1]
+        positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)  # as generate numbers left padding
+        model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            logits_to_keep=1,
+        )
+        cache.batch_select_indices(rows)
+    return cache
+
+
+def fast_generation(model, accelerator, strict: bool = False) -> str:
+    """Run `model.generate` inside one autocast context (leaving it, as accelerate does after each forward,
+    drops its bf16 weight copies) and, on a CPU, on packed weights with the prefilled bf16 cache. Returns
+    what was installed; `strict` refuses a bf16 CPU run that cannot pack."""
+    if accelerator.mixed_precision == "no":
+        return "generation under one autocast context off: fp32, no weight is cast"
+    why_not_packed = packed_weights_off(accelerator)
+    if strict and why_not_packed and accelerator.device.type == "cpu":
+        raise ConfigError(f"grpo.fast_paths=true: packed weights off: {why_not_packed}; auto goes without")
+    generate = model.generate
+    if not getattr(generate, "_fast", False):
+
+        @functools.wraps(generate)
+        def fast_generate(*args, **kwargs):
+            ids = kwargs.get("input_ids")  # TRL and the eval pass keywords; other calls: autocast alone
+            pack = why_not_packed is None and ids is not None
+            with accelerator.autocast(), packed_linears(model, rows=len(ids) if pack else 0):
+                if pack and kwargs.get("past_key_values") is None and kwargs.get("use_cache", True):
+                    kwargs["past_key_values"] = prefilled_cache(model, kwargs)  # prefill on the bf16 copies
+                return generate(*args, **kwargs)
+
+        fast_generate._fast = True
+        model.generate = fast_generate
+    return "generation under one autocast context, " + (
+        f"packed weights off: {why_not_packed}" if why_not_packed else "on packed bf16 weights"
+    )
