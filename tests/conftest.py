@@ -60,6 +60,28 @@ def run_train(
     )
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def accelerate_launch(config: str = "cpu_ddp") -> list[str]:
+    """`accelerate launch` with a shipped config, on a port of its own: the two xdist workers may each run a
+    two-process test at the same time, and both would otherwise listen on torch's default 29500."""
+    config_file = ROOT / "config" / "accelerate" / f"{config}.yaml"
+    return [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(config_file),
+        "--main_process_port",
+        str(free_port()),
+        str(ROOT / "train_grpo.py"),
+    ]
+
+
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 

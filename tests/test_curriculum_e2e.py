@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.conftest import ROOT, read_jsonl, run_train
+from tests.conftest import ROOT, accelerate_launch, read_jsonl, run_train
 
 pytestmark = pytest.mark.slow
 # sum_digits has levels 0..3; 16 completions a step fill a window of 16, and raise_at=0 passes every window
@@ -81,12 +81,7 @@ def test_two_processes_hold_the_same_levels_and_share_the_per_level_eval(tmp_pat
     level, averaged over the ranks by TRL, is a whole number at every step (the ranks agree). The eval's
     per-level sets (2 problems at each of levels 0..3) are split over the ranks like the fixed set."""
     cmd = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--config_file",
-        str(ROOT / "config" / "accelerate" / "cpu_ddp.yaml"),
-        str(ROOT / "train_grpo.py"),
+        *accelerate_launch(),
         *CURRICULUM,
         "max_steps=5",
         "grpo.per_device_train_batch_size=8",

@@ -5,7 +5,6 @@ import json
 import math
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ import torch
 import yaml
 
 from grpo_common.errors import ConfigError
-from tests.conftest import ROOT, declared, read_jsonl, run_train
+from tests.conftest import ROOT, declared, free_port, read_jsonl, run_train
 from tests.test_evaluation import eval_rows, evaluator
 
 CONFIG = ROOT / "config"
@@ -217,12 +216,6 @@ TINY = [
     "dataset.rewards.len.fn=tests.test_rewards.length_reward",  # always differs in a group: a gradient
     "grpo.save_steps=1",
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def two_process_config(preset: str, tmp_path: Path, **changes) -> Path:

@@ -20,6 +20,8 @@ import pytest
 
 from tests.conftest import ROOT, read_jsonl, run_train
 
+CONFIG = ROOT / "config"
+
 TINY = ["model=tiny_random", "eval.size=4", "grpo.max_completion_length=8"]
 
 # (category, overrides, what the one line must say)
@@ -303,9 +305,26 @@ TRL_CASES = [
 
 
 @pytest.mark.parametrize("overrides,message", TRL_CASES, ids=[" ".join(c[0]) for c in TRL_CASES])
-def test_trl_rules_give_the_same_one_line(tmp_path, overrides, message):
-    proc = run_train(*TINY, f"output_root={tmp_path / 'outputs'}", *overrides, cwd=tmp_path)
+def test_trl_rules_give_the_same_one_line(tmp_path, monkeypatch, capsys, overrides, message):
+    """In-process, through the same entry train_grpo.py calls (TRL's import is paid once, not per case);
+    the next test runs one of them as a user would."""
+    from grpo_recipes.config.cli import rewrite_argv
+    from grpo_recipes.config.preflight import check_command_line
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    argv = ["train_grpo.py", *TINY, f"output_root={tmp_path / 'outputs'}", *overrides]
+    with pytest.raises(SystemExit) as stop:
+        check_command_line(rewrite_argv(argv, CONFIG), CONFIG)
+    assert stop.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_trl_rule_mistake_from_the_command_line(tmp_path):
+    proc = run_train(*TINY, f"output_root={tmp_path / 'outputs'}", "grpo.loss_type=nosuch", cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and message in lines[0], proc.stderr
-    assert list(tmp_path.iterdir()) == []
+    assert len(lines) == 1 and "grpo.loss_type=nosuch: expected one of: grpo, dr_grpo" in lines[0], proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr and list(tmp_path.iterdir()) == []

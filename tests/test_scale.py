@@ -11,7 +11,7 @@ import pytest
 import yaml
 from hydra import compose, initialize_config_dir
 
-from tests.conftest import ROOT, read_jsonl, run_train
+from tests.conftest import ROOT, accelerate_launch, read_jsonl, run_train
 
 CONFIG = ROOT / "config"
 TINY = ["model=tiny_random", "eval.size=4", "grpo.max_completion_length=8"]
@@ -124,12 +124,7 @@ def test_local_launcher_runs_each_job_in_its_own_process(tmp_path):
 @pytest.mark.slow
 def test_two_process_cpu_run_writes_outputs_once(tmp_path):
     cmd = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--config_file",
-        str(CONFIG / "accelerate" / "cpu_ddp.yaml"),
-        str(ROOT / "train_grpo.py"),
+        *accelerate_launch(),
         *TINY,
         "eval.size=5",
         "max_steps=2",

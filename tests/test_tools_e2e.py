@@ -6,11 +6,10 @@ its generate write a python call, then the answer it read (tests/scripted/sitecu
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import ROOT, SCRIPTED_TOOL_ENV, read_jsonl, run_train
+from tests.conftest import ROOT, SCRIPTED_TOOL_ENV, accelerate_launch, read_jsonl, run_train
 
 pytestmark = pytest.mark.slow
 TINY = ["model=tiny_random", "eval.size=4", "dataset.train_size=16", "max_steps=2"]
@@ -111,12 +110,7 @@ def test_tools_under_two_process_ddp_count_each_rollout_once(tmp_path):
     the fixed eval; the eval's shards are gathered with their turns, and training's tool metrics count both
     processes' rollouts."""
     cmd = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--config_file",
-        str(ROOT / "config/accelerate/cpu_ddp.yaml"),
-        str(ROOT / "train_grpo.py"),
+        *accelerate_launch(),
         *TINY,
         "eval.size=6",  # 3 problems a rank
         "tools=python",
