@@ -1,5 +1,6 @@
 import json
 import os
+import queue
 import socket
 import subprocess
 import sys
@@ -39,17 +40,19 @@ def tiny():
     return tiny_model(tokenizer, seed=0), tokenizer
 
 
+BASE_ENV = {"PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
 def run_train(
     *overrides: str, cwd: Path = ROOT, timeout: int = 900, env: dict | None = None
 ) -> subprocess.CompletedProcess:
-    """Run train_grpo.py as a user would, in a subprocess."""
-    env = {
-        **os.environ,
-        "PYTHONUNBUFFERED": "1",
-        "HF_HUB_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        **(env or {}),
-    }
+    """Run train_grpo.py as a user would, in a new process: forked from the pre-imported fork server where the
+    environment is the one it imported under (tests/forkserver.py; GRPO_TESTS_FORKSERVER=0 turns it off)."""
+    env = {**os.environ, **BASE_ENV, **(env or {})}
+    if os.environ.get("GRPO_TESTS_FORKSERVER", "1") == "1":
+        server = ForkServer.get()
+        if server.serves(env):
+            return server.run(list(overrides), cwd, env, timeout)
     return subprocess.run(
         [sys.executable, str(ROOT / "train_grpo.py"), *overrides],
         cwd=cwd,
@@ -58,6 +61,62 @@ def run_train(
         text=True,
         timeout=timeout,
     )
+
+
+class ForkServer:
+    """One per test process, started at its first run and ended with it (its stdin closes)."""
+
+    _server: "ForkServer | None" = None
+
+    @classmethod
+    def get(cls) -> "ForkServer":
+        if cls._server is None or cls._server.proc.poll() is not None:
+            cls._server = cls()
+        return cls._server
+
+    def __init__(self):
+        self.env = {**os.environ, **BASE_ENV}
+        self.proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "tests/forkserver.py"), str(ROOT)],
+            env=self.env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.replies: queue.Queue[str] = queue.Queue()  # one reader: a timed-out wait leaves no stray reader
+        lines = self.proc.stdout
+        threading.Thread(target=lambda: [self.replies.put(line) for line in lines], daemon=True).start()
+        assert self.replies.get(timeout=120).strip() == "ready", "the test fork server did not start"
+
+    def serves(self, env: dict) -> bool:
+        """Libraries read some variables once, at import (HF_HUB_OFFLINE, OMP_NUM_THREADS): a run with any
+        other environment than the server's gets a real subprocess. pytest's own per-test marker aside."""
+        return {k: v for k, v in env.items() if k != "PYTEST_CURRENT_TEST"} == {
+            k: v for k, v in self.env.items() if k != "PYTEST_CURRENT_TEST"
+        }
+
+    def _reply(self, timeout: float) -> dict:
+        try:
+            return json.loads(self.replies.get(timeout=timeout))
+        except queue.Empty:
+            raise TimeoutError from None
+
+    def run(self, args: list[str], cwd: Path, env: dict, timeout: float) -> subprocess.CompletedProcess:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="forked-run-") as logs:
+            out, err = Path(logs, "stdout"), Path(logs, "stderr")
+            request = {"args": args, "cwd": str(cwd), "env": env, "stdout": str(out), "stderr": str(err)}
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+            pid = self._reply(30)["pid"]
+            try:
+                returncode = self._reply(timeout)["returncode"]
+            except TimeoutError:
+                os.killpg(pid, 9)
+                self._reply(30)
+                raise subprocess.TimeoutExpired(args, timeout, out.read_text(), err.read_text()) from None
+            return subprocess.CompletedProcess(args, returncode, out.read_text(), err.read_text())
 
 
 def free_port() -> int:

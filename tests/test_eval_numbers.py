@@ -272,7 +272,7 @@ def test_report_states_chance_cut_offs_transfer_and_alarms(tmp_path):
 @pytest.mark.slow
 def test_a_reward_paying_for_length_raises_the_reward_hacking_alarm(tmp_path):
     """The embedded model paid only for long completions, at a high learning rate: the train reward rises as
-    the answers run past the token limit and the fixed-eval accuracy falls (measured: 50 % -> 12 % in 3 steps)."""
+    the answers run past the token limit and the fixed-eval accuracy falls (measured: 50 % -> 12 %)."""
     only_length = ["dataset.rewards.accuracy=null", "dataset.rewards.format=null"]
     only_length += ["dataset.rewards.length={fn: tests.test_rewards.length_reward}"]
     proc = run_train(
