@@ -234,11 +234,12 @@ def main() -> None:
 
     skip = min(2, len(per_step) - 1)  # medians from step 3 on: the first steps warm caches (and compile)
     logs = clock.logs[skip:]
+    completions = config.per_device_train_batch_size * config.gradient_accumulation_steps
     shapes = {
-        "completions": config.per_device_train_batch_size * config.gradient_accumulation_steps,
+        "completions": completions,
         "prompt_tokens": round(
             statistics.mean(
-                (log["num_tokens"] - prev["num_tokens"]) / config.per_device_train_batch_size
+                (log["num_tokens"] - prev["num_tokens"]) / completions  # a step's tokens, all micro-batches
                 - log["completions/mean_length"]
                 for prev, log in zip(clock.logs, clock.logs[1:])
             )

@@ -50,6 +50,7 @@ PRESETS: dict[str, tuple[list[str], str | None]] = {
     "gsm8k": (["experiment=gsm8k"], None),
     "rg_multitask": (["experiment=rg_multitask"], None),
     "digits_tools": (["experiment=digits_tools"], None),
+    "gsm8k_tools": (["experiment=gsm8k_tools"], None),
 }
 MARK_BEGIN, MARK_END = "<!-- presets table: begin -->", "<!-- presets table: end -->"
 RECORD = ROOT / "benchmarks/presets.json"
