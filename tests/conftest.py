@@ -46,13 +46,14 @@ BASE_ENV = {"PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLEL
 def run_train(
     *overrides: str, cwd: Path = ROOT, timeout: int = 900, env: dict | None = None
 ) -> subprocess.CompletedProcess:
-    """Run train_grpo.py as a user would, in a new process: forked from the pre-imported fork server where the
-    environment is the one it imported under (tests/forkserver.py; GRPO_TESTS_FORKSERVER=0 turns it off)."""
+    """Run train_grpo.py as a user would, in a new process: on a CPU, forked from the pre-imported fork
+    server where the environment is the one it imported under (tests/forkserver.py;
+    GRPO_TESTS_FORKSERVER=0 turns it off)."""
     env = {**os.environ, **BASE_ENV, **(env or {})}
-    if os.environ.get("GRPO_TESTS_FORKSERVER", "1") == "1":
+    if ForkServer.wanted():
         server = ForkServer.get()
         if server.serves(env):
-            return server.run(list(overrides), cwd, env, timeout)
+            return server.run(list(overrides), cwd, timeout)
     return subprocess.run(
         [sys.executable, str(ROOT / "train_grpo.py"), *overrides],
         cwd=cwd,
@@ -64,9 +65,18 @@ def run_train(
 
 
 class ForkServer:
-    """One per test process, started at its first run and ended with it (its stdin closes)."""
+    """One per test process, started at its first run; it ends with that process (its stdin closes, and
+    it dies with its parent). Any failure retires it: a server whose replies may be out of step is never
+    asked again."""
 
     _server: "ForkServer | None" = None
+
+    @staticmethod
+    def wanted() -> bool:
+        import torch
+
+        # CUDA cannot be used in a child forked from a process that initialised it (the preload may)
+        return os.environ.get("GRPO_TESTS_FORKSERVER", "1") == "1" and not torch.cuda.is_available()
 
     @classmethod
     def get(cls) -> "ForkServer":
@@ -75,18 +85,31 @@ class ForkServer:
         return cls._server
 
     def __init__(self):
+        import tempfile
+
         self.env = {**os.environ, **BASE_ENV}
-        self.proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "tests/forkserver.py"), str(ROOT)],
-            env=self.env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        self.replies: queue.Queue[str] = queue.Queue()  # one reader: a timed-out wait leaves no stray reader
+        self.log = Path(tempfile.mkdtemp(prefix="forkserver-")) / "stderr"
+        with self.log.open("w") as log:  # its own warnings and a crash's traceback, not a test's capture
+            self.proc = subprocess.Popen(
+                [sys.executable, str(ROOT / "tests/forkserver.py"), str(ROOT)],
+                env=self.env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+            )
+        self.replies: queue.Queue[str | None] = queue.Queue()  # one reader, and None at its end
         lines = self.proc.stdout
-        threading.Thread(target=lambda: [self.replies.put(line) for line in lines], daemon=True).start()
-        assert self.replies.get(timeout=120).strip() == "ready", "the test fork server did not start"
+        threading.Thread(
+            target=lambda: [*map(self.replies.put, lines), self.replies.put(None)], daemon=True
+        ).start()
+        try:
+            ready = self.replies.get(timeout=300)
+        except queue.Empty:
+            ready = None
+        if ready != "ready\n":
+            self.retire()
+            raise RuntimeError(f"the test fork server did not start: {self.log.read_text()[-3000:]}")
 
     def serves(self, env: dict) -> bool:
         """Libraries read some variables once, at import (HF_HUB_OFFLINE, OMP_NUM_THREADS): a run with any
@@ -95,27 +118,43 @@ class ForkServer:
             k: v for k, v in self.env.items() if k != "PYTEST_CURRENT_TEST"
         }
 
+    def retire(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        if ForkServer._server is self:
+            ForkServer._server = None
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.replies.put(line)
+        self.replies.put(None)
+
     def _reply(self, timeout: float) -> dict:
         try:
-            return json.loads(self.replies.get(timeout=timeout))
+            line = self.replies.get(timeout=timeout)
         except queue.Empty:
             raise TimeoutError from None
+        if line is None:
+            raise RuntimeError(f"the test fork server exited: {self.log.read_text()[-3000:]}")
+        return json.loads(line)
 
-    def run(self, args: list[str], cwd: Path, env: dict, timeout: float) -> subprocess.CompletedProcess:
+    def run(self, args: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProcess:
         import tempfile
 
         with tempfile.TemporaryDirectory(prefix="forked-run-") as logs:
             out, err = Path(logs, "stdout"), Path(logs, "stderr")
-            request = {"args": args, "cwd": str(cwd), "env": env, "stdout": str(out), "stderr": str(err)}
+            test = os.environ.get("PYTEST_CURRENT_TEST", "")
+            request = {"args": args, "cwd": str(cwd), "test": test, "stdout": str(out), "stderr": str(err)}
             self.proc.stdin.write(json.dumps(request) + "\n")
             self.proc.stdin.flush()
-            pid = self._reply(30)["pid"]
             try:
+                self._reply(30)  # {"pid"}: the child is forked
                 returncode = self._reply(timeout)["returncode"]
-            except TimeoutError:
-                os.killpg(pid, 9)
-                self._reply(30)
-                raise subprocess.TimeoutExpired(args, timeout, out.read_text(), err.read_text()) from None
+            except BaseException as error:  # a timeout, an interrupt, a dead server: retire it, run and all
+                self.retire()  # the server's death kills the run (PR_SET_PDEATHSIG)
+                if isinstance(error, TimeoutError):
+                    raise subprocess.TimeoutExpired(args, timeout, out.read_text(), err.read_text()) from None
+                raise
             return subprocess.CompletedProcess(args, returncode, out.read_text(), err.read_text())
 
 

@@ -326,5 +326,6 @@ def test_a_trl_rule_mistake_from_the_command_line(tmp_path):
     proc = run_train(*TINY, f"output_root={tmp_path / 'outputs'}", "grpo.loss_type=nosuch", cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "grpo.loss_type=nosuch: expected one of: grpo," in lines[0], proc.stderr
+    message = "grpo.loss_type=nosuch: expected one of: grpo, dr_grpo, dapo, bnpo"
+    assert len(lines) == 1 and message in lines[0], proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr and list(tmp_path.iterdir()) == []

@@ -20,12 +20,17 @@ TESTED_TRL = ("1.16.0",)
 
 
 EAGER_FOR_GRADIENTS = "sdpa, eager with gradients"  # the attention name registered below
+# What eager attention may keep for the backward, all layers together (its probabilities, fp32 + bf16: 6
+# bytes a score); a longer batch attends with SDPA, whose flash backward keeps none. The default step's
+# 16 x 80 tokens keep 0.17 GB; experiment=gsm8k_tools' 8 x ~730 kept 6.9 GB (a 17 GiB run).
+EAGER_ATTENTION_BYTES = 512 * 2**20
 
 
 def eager_attention_for_gradients(model) -> str | None:
-    """Eager attention in passes with gradients, SDPA in the others (generation, evals, reference log-probs):
-    SDPA's CPU flash backward is ~3x eager's (benchmarks/RESULTS.md). Registered through transformers'
-    public attention and mask interfaces, not saved with the config. Returns why it is off, or None."""
+    """Eager attention in passes with gradients whose attention weights fit EAGER_ATTENTION_BYTES, SDPA in
+    the others (generation, evals, reference log-probs, long sequences): SDPA's CPU flash backward is ~3x
+    eager's (benchmarks/RESULTS.md). Registered through transformers' public attention and mask interfaces,
+    not saved with the config. Returns why it is off, or None."""
     import sys
 
     import torch
@@ -39,8 +44,12 @@ def eager_attention_for_gradients(model) -> str | None:
     if eager is None:  # each model's modeling file defines its own (softcapping, sinks, ...)
         return f"{type(model).__name__} has no eager_attention_forward"
 
-    def mask(*args, **kwargs):  # a float mask for eager, SDPA's boolean (or none) otherwise
-        return (eager_mask if torch.is_grad_enabled() else sdpa_mask)(*args, **kwargs)
+    per_score = 6 * model.config.num_attention_heads * model.config.num_hidden_layers
+
+    def mask(batch_size, q_length, kv_length, *args, **kwargs):  # float for eager, boolean (or none): SDPA
+        small = batch_size * q_length * kv_length * per_score <= EAGER_ATTENTION_BYTES
+        eager_here = torch.is_grad_enabled() and small
+        return (eager_mask if eager_here else sdpa_mask)(batch_size, q_length, kv_length, *args, **kwargs)
 
     def attention(module, query, key, value, attention_mask, **kwargs):
         if attention_mask is not None and attention_mask.is_floating_point():
