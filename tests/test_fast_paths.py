@@ -246,18 +246,26 @@ def test_eager_attention_for_gradients(tokenizer):
 
 def test_long_sequences_keep_sdpa_with_gradients(tokenizer, monkeypatch):
     """Eager attention keeps its probabilities for the backward (O(length^2) a layer): past
-    EAGER_ATTENTION_BYTES a pass with gradients attends with SDPA, bit for bit the plain model's."""
+    EAGER_ATTENTION_BYTES (all layers; one under activation checkpointing) a pass with gradients attends
+    with SDPA, bit for bit the plain model's."""
     plain = tiny_model(tokenizer, seed=2, hidden_size=64)
     ours = copy.deepcopy(plain)
     assert fast_paths.eager_attention_for_gradients(ours) is None
     ids, mask, _ = batch(len(tokenizer))
     b, n = ids.shape
     heads, layers = plain.config.num_attention_heads, plain.config.num_hidden_layers
-    for budget, same in ((b * n * n * 6 * heads * layers, False), (b * n * n * 6 * heads * layers - 1, True)):
+    one_layer = b * n * n * 6 * heads  # bytes of one layer's kept probabilities
+    for budget, checkpointed, eager in [
+        (one_layer * layers, False, True),
+        (one_layer * layers - 1, False, False),
+        (one_layer, True, True),  # checkpointed: one layer's at a time
+    ]:
         monkeypatch.setattr(fast_paths, "EAGER_ATTENTION_BYTES", budget)
+        if checkpointed:
+            ours.activation_checkpointing_enable({"use_reentrant": False})
         with torch.autocast("cpu", dtype=torch.bfloat16):
             got, expected = (m(input_ids=ids, attention_mask=mask).logits for m in (ours, plain))
-        assert torch.equal(got, expected) is same, budget
+        assert torch.equal(got, expected) is not eager, budget
 
 
 def grpo_trainer(tokenizer, tmp_path, **config):

@@ -20,10 +20,11 @@ TESTED_TRL = ("1.16.0",)
 
 
 EAGER_FOR_GRADIENTS = "sdpa, eager with gradients"  # the attention name registered below
-# What eager attention may keep for the backward, all layers together (its probabilities, fp32 + bf16: 6
-# bytes a score); a longer batch attends with SDPA, whose flash backward keeps none. The default step's
-# 16 x 80 tokens keep 0.17 GB; experiment=gsm8k_tools' 8 x ~730 kept 6.9 GB (a 17 GiB run).
-EAGER_ATTENTION_BYTES = 512 * 2**20
+# What eager attention may keep for the backward (its probabilities, fp32 + bf16: 6 bytes a score), all
+# layers together, or one at a time under activation checkpointing; a longer batch attends with SDPA, whose
+# flash backward keeps none. At full length the default step keeps 0.16 GiB, experiment=gsm8k 1.3;
+# experiment=gsm8k_tools' 8 x ~730 tokens kept 6.9 (a 17 GiB run).
+EAGER_ATTENTION_BYTES = 2 * 2**30
 
 
 def eager_attention_for_gradients(model) -> str | None:
@@ -44,9 +45,9 @@ def eager_attention_for_gradients(model) -> str | None:
     if eager is None:  # each model's modeling file defines its own (softcapping, sinks, ...)
         return f"{type(model).__name__} has no eager_attention_forward"
 
-    per_score = 6 * model.config.num_attention_heads * model.config.num_hidden_layers
-
     def mask(batch_size, q_length, kv_length, *args, **kwargs):  # float for eager, boolean (or none): SDPA
+        layers = 1 if model.is_activation_checkpointing else model.config.num_hidden_layers
+        per_score = 6 * model.config.num_attention_heads * layers
         small = batch_size * q_length * kv_length * per_score <= EAGER_ATTENTION_BYTES
         eager_here = torch.is_grad_enabled() and small
         return (eager_mask if eager_here else sdpa_mask)(batch_size, q_length, kv_length, *args, **kwargs)
