@@ -119,6 +119,7 @@ def test_gsm8k_tools_preset_is_gsm8k_with_a_calculator_and_a_worked_call():
     for key in ("rewards", "tasks"):
         assert cfg["dataset"][key] == base["dataset"][key]
     assert cfg["model"]["lora"] == base["model"]["lora"] and cfg["max_steps"] == base["max_steps"]
+    assert cfg["grpo"]["activation_checkpointing"] is True  # its ~730-token rollouts: 12-17 GiB without
 
 
 def test_code_preset_test_reward_and_pass_at_k(tmp_path):
