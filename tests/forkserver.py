@@ -45,6 +45,7 @@ def preload() -> None:
 
 def run_child(root: str, request: dict) -> None:
     die_with_parent(signal.SIGKILL)  # a fork clears it
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the server's handler is not the run's
     os.setpgrp()  # a timeout kills the run and whatever it started
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
