@@ -99,10 +99,7 @@ class ForkServer:
                 text=True,
             )
         self.replies: queue.Queue[str | None] = queue.Queue()  # one reader, and None at its end
-        lines = self.proc.stdout
-        threading.Thread(
-            target=lambda: [*map(self.replies.put, lines), self.replies.put(None)], daemon=True
-        ).start()
+        threading.Thread(target=self._read, daemon=True).start()
         try:
             ready = self.replies.get(timeout=300)
         except queue.Empty:
