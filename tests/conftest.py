@@ -1,3 +1,4 @@
+import functools
 import json
 import os
 import queue
@@ -72,6 +73,7 @@ class ForkServer:
     _server: "ForkServer | None" = None
 
     @staticmethod
+    @functools.cache
     def wanted() -> bool:
         import torch
 
@@ -111,9 +113,8 @@ class ForkServer:
     def serves(self, env: dict) -> bool:
         """Libraries read some variables once, at import (HF_HUB_OFFLINE, OMP_NUM_THREADS): a run with any
         other environment than the server's gets a real subprocess. pytest's own per-test marker aside."""
-        return {k: v for k, v in env.items() if k != "PYTEST_CURRENT_TEST"} == {
-            k: v for k, v in self.env.items() if k != "PYTEST_CURRENT_TEST"
-        }
+        marker = "PYTEST_CURRENT_TEST"
+        return {**env, marker: None} == {**self.env, marker: None}
 
     def retire(self) -> None:
         self.proc.kill()
@@ -161,10 +162,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def accelerate_launch(config: str = "cpu_ddp") -> list[str]:
-    """`accelerate launch` with a shipped config, on a port of its own: the two xdist workers may each run a
-    two-process test at the same time, and both would otherwise listen on torch's default 29500."""
-    config_file = ROOT / "config" / "accelerate" / f"{config}.yaml"
+def accelerate_launch(config: str | Path = "cpu_ddp") -> list[str]:
+    """`accelerate launch` with a shipped config (its name) or a config file, on a port of its own: the two
+    xdist workers may each run a two-process test at the same time, and both would otherwise listen on
+    torch's default 29500."""
+    config_file = config if isinstance(config, Path) else ROOT / "config" / "accelerate" / f"{config}.yaml"
     return [
         sys.executable,
         "-m",

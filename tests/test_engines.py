@@ -6,7 +6,6 @@ import math
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -16,7 +15,7 @@ import torch
 import yaml
 
 from grpo_common.errors import ConfigError
-from tests.conftest import ROOT, declared, free_port, read_jsonl, run_train
+from tests.conftest import BASE_ENV, ROOT, accelerate_launch, declared, read_jsonl, run_train
 from tests.test_evaluation import eval_rows, evaluator
 
 CONFIG = ROOT / "config"
@@ -221,7 +220,7 @@ TINY = [
 def two_process_config(preset: str, tmp_path: Path, **changes) -> Path:
     """The shipped preset as 2 CPU processes (no mixed precision: fp32 on a CPU)."""
     cfg = yaml.safe_load((CONFIG / "accelerate" / f"{preset}.yaml").read_text())
-    cfg.update(num_processes=2, mixed_precision="no", main_process_port=free_port())
+    cfg.update(num_processes=2, mixed_precision="no")
     cfg["deepspeed_config"].update(changes)
     path = tmp_path / f"{preset}-2.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -229,13 +228,10 @@ def two_process_config(preset: str, tmp_path: Path, **changes) -> Path:
 
 
 def launch(config: Path, *overrides: str) -> subprocess.Popen:
-    env = {**os.environ, "DS_ACCELERATOR": "cpu", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    env["CUDA_VISIBLE_DEVICES"] = (
-        ""  # CPU processes even on a GPU machine (accelerate picks NCCL if it sees one)
-    )
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config)]
+    # CPU processes even on a GPU machine (accelerate picks NCCL if it sees one)
+    env = {**os.environ, **BASE_ENV, "DS_ACCELERATOR": "cpu", "CUDA_VISIBLE_DEVICES": ""}
     return subprocess.Popen(
-        [*cmd, str(ROOT / "train_grpo.py"), *overrides],
+        [*accelerate_launch(config), *overrides],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,

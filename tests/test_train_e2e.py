@@ -189,9 +189,8 @@ def test_eval_only_on_the_final_model_reproduces_the_final_eval(embedded_run, tm
         "run_name=final_eval",
         "eval.size=8",
         "grpo.max_completion_length=16",
-        env={
-            "PYTHONHASHSEED": "random"
-        },  # a fresh interpreter, not a fork: set order may not carry the result
+        # a fresh interpreter, not a fork of the test's fork server: set order may not carry the result
+        env={"PYTHONHASHSEED": "random"},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     trained = json.loads((run_dir / "eval_results/eval_step_2.json").read_text())
