@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from grpo_common.errors import ConfigError
+from grpo_common.errors import ConfigError, did_you_mean
 from grpo_common.formats import reader
 from grpo_common.templates import with_prefix
 from rewards.guard import RewardFaults
@@ -182,10 +182,7 @@ def build_rewards(spec: Mapping[str, Any], ctx: RewardContext) -> tuple[list[Cal
             fn = _import_dotted(fn_name)
             _check_signature(fn, key)
         else:
-            import difflib
-
-            close = difflib.get_close_matches(fn_name, list(REWARDS), n=3, cutoff=0.5)
-            hint = f" Did you mean: {', '.join(close)}?" if close else ""
+            hint = did_you_mean(fn_name, REWARDS, cutoff=0.5)
             raise ConfigError(
                 f"dataset.rewards: unknown reward '{fn_name}'.{hint} Known: {', '.join(sorted(REWARDS))}, "
                 "or a dotted import path to your own function"

@@ -13,7 +13,7 @@ from reasoning_gym.composite import CompositeConfig, CompositeDataset, DatasetSp
 from reasoning_gym.factory import DATASETS
 
 from grpo_common import formats
-from grpo_common.errors import ConfigError
+from grpo_common.errors import ConfigError, did_you_mean
 from grpo_common.formats import Extraction
 
 # Our own tasks, by the module that registers them on import: imported on first use, so a run without
@@ -88,11 +88,7 @@ def task_config_keys(name: str) -> list[str]:
 
 
 def _suggest(bad: str, choices: list[str]) -> str:
-    import difflib
-
-    close = difflib.get_close_matches(bad, choices, n=3, cutoff=0.5)
-    close = [ALIASES[bad], *close] if bad in ALIASES else close
-    return f" Did you mean: {', '.join(close)}?" if close else ""
+    return did_you_mean(bad, choices, cutoff=0.5, first=(ALIASES[bad],) if bad in ALIASES else ())
 
 
 def validate_tasks(tasks: Mapping[str, Any], where: str | None = None) -> dict[str, dict[str, Any]]:

@@ -49,7 +49,7 @@ def test_transfer_set_is_generated_at_the_first_and_last_eval_only(tiny, tmp_pat
     _, tokenizer = tiny
     taskset, rows = eval_rows(8)
     rows = rows[:6] + [marked(r, eval_set="transfer", transfer="t") for r in rows[6:]]
-    ev = evaluator(rows, taskset, tokenizer, max_new_tokens=8, holdout={"sum_digits": "question"})
+    ev = evaluator(rows, taskset, tokenizer, max_new_tokens=8)
     gen = Generator(tokenizer, f"[ANSWER] {rows[0]['answer']}")
     with caplog.at_level(logging.INFO):
         first, _ = ev.run(gen, SOLO, 0, tmp_path, first=True, last=False)
@@ -62,7 +62,8 @@ def test_transfer_set_is_generated_at_the_first_and_last_eval_only(tiny, tmp_pat
     assert "chance/accuracy" in first and "chance/accuracy" not in middle
     saved = json.loads((tmp_path / "eval_step_0.json").read_text())
     assert saved["decoding"] == "greedy" and saved["max_new_tokens"] == 8
-    assert saved["holdout"] == {"sum_digits": "question"} and set(saved["chance"]) >= {
+    assert saved["holdout"] == taskset.holdout and saved["holdout"]["sum_digits"] == "question"
+    assert set(saved["chance"]) >= {
         "all tasks",
         "sum_digits",
     }
@@ -194,6 +195,7 @@ def test_callback_raises_the_alarm_in_the_log_the_metric_and_the_json(tmp_path, 
 
     class Evaluator:
         def __init__(self):
+            self.settings = {"every_n_steps": 2, "hacking_window": 1, "hacking_drop": 0.05}
             self.chances = []
 
         def run(self, generator, accelerator, step, out_dir, first, last, chance):
@@ -207,11 +209,8 @@ def test_callback_raises_the_alarm_in_the_log_the_metric_and_the_json(tmp_path, 
     cb = FixedEvalCallback(
         Evaluator(),
         tmp_path,
-        every_n_steps=2,
         accelerator=None,
         send_logs=lambda logs, state: sent.append((state.global_step, logs)),
-        hacking_window=1,
-        hacking_drop=0.05,
         vllm_generator=lambda m: m,
     )
     model, state = torch.nn.Linear(1, 1), TrainerState(max_steps=4)

@@ -338,6 +338,7 @@ def test_callback_runs_each_step_once_and_a_resume_reads_its_earlier_evals(tmp_p
 
     class Evaluator:
         def __init__(self):
+            self.settings = {"every_n_steps": 2, "hacking_window": 10, "hacking_drop": 0.05}
             self.calls, self.marks = [], []
 
         def run(self, generator, accelerator, step, out_dir, first, last, chance):
@@ -352,11 +353,8 @@ def test_callback_runs_each_step_once_and_a_resume_reads_its_earlier_evals(tmp_p
         cb = FixedEvalCallback(
             evaluator,
             tmp_path,
-            every_n_steps=2,
             accelerator=None,
             send_logs=lambda logs, state: sent.append((state.global_step, logs)),
-            hacking_window=10,
-            hacking_drop=0.05,
             vllm_generator=lambda m: ("vllm", m),  # the transformers path: the e2e tests
             **kwargs,
         )

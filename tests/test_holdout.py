@@ -12,8 +12,8 @@ import pytest
 
 from grpo_common.errors import ConfigError
 from grpo_recipes.train.curriculum import build_curriculum_datasets
-from grpo_recipes.train.data import build_datasets, holdout_by_task
-from tasks.registry import holdout_key, normalised
+from grpo_recipes.train.data import build_datasets
+from tasks.registry import TaskSet, holdout_key, normalised
 from tests.test_config import composed
 
 PRESETS = {
@@ -59,6 +59,10 @@ def assert_examples_are_not_tests(rows):
         shown = f"Example: {m['entry_point']}({m['example_input']!r}) returns {m['example_output']!r}."
         assert shown in row["question"]
         assert all(f"candidate({m['example_input']!r})" not in src for src, _ in m["tests"]), row["question"]
+
+
+def holdout_by_task(dataset_cfg):  # what the eval JSON records: the taskset's holdout per task
+    return TaskSet(dataset_cfg["tasks"], holdout=dataset_cfg["holdout"]).holdout
 
 
 @functools.cache

@@ -223,7 +223,7 @@ def test_language_template_plugs_in_another_interpreter():
 
 
 def test_bad_settings_name_the_key():
-    with pytest.raises(ValueError, match="unknown key 'timout'.*Did you mean 'timeout'"):
+    with pytest.raises(ValueError, match="unknown key 'timout'.*Did you mean: timeout"):
         configure(timout=3)
     with pytest.raises(ValueError, match="isolation must be 'full' or 'basic'"):
         Executor(isolation="none")

@@ -5,12 +5,11 @@ dataclass, and TRL's own rules applied, when the config is built (trainer_args.p
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Mapping
 from typing import Any
 
-from grpo_common.errors import ConfigError
+from grpo_common.errors import ConfigError, did_you_mean
 from grpo_recipes.config.cli import MODEL_FIELDS, trl_hint
 from grpo_recipes.config.knobs import CLOSED_SECTIONS, GROUPS, OPEN_GROUPS, SCHEMA
 from grpo_recipes.config.values import Float, lookup, show
@@ -125,17 +124,12 @@ def check_batch(grpo: Mapping[str, Any], world_size: int) -> None:
             f"{where} = {batch} completions per generation batch is not divisible by grpo.num_generations "
             f"({num_generations}); TRL counts completions, not prompts. Use a multiple of {num_generations}."
         )
-    if grpo.get("dynamic_sampling"):
-        check_dynamic_sampling(batch // world_size, num_generations, f"{where} / processes ({world_size})")
-
-
-def check_dynamic_sampling(per_process_batch: int, num_generations: int, where: str) -> None:
-    """Dynamic sampling filters groups on each process: each process's generation batch holds whole groups."""
-    if per_process_batch % num_generations:
+    per_process = batch // world_size  # dynamic sampling filters whole groups on each process
+    if grpo.get("dynamic_sampling") and per_process % num_generations:
         raise ConfigError(
-            f"grpo.dynamic_sampling=true: {where} = {per_process_batch} completions per process is not a "
-            f"multiple of grpo.num_generations ({num_generations}), so a prompt group would span processes. "
-            f"Use a multiple of {num_generations}, or grpo.dynamic_sampling=false."
+            f"grpo.dynamic_sampling=true: {where} / processes ({world_size}) = {per_process} completions per "
+            f"process is not a multiple of grpo.num_generations ({num_generations}), so a prompt group would "
+            f"span processes. Use a multiple of {num_generations}, or grpo.dynamic_sampling=false."
         )
 
 
@@ -196,8 +190,7 @@ def check_curriculum(cfg: Mapping[str, Any]) -> None:
 
 
 def unknown_key_message(key: str, known: list[str]) -> str:
-    close = difflib.get_close_matches(key.rsplit(".", 1)[-1], known, n=3, cutoff=0.6)
-    hint = f" Did you mean: {', '.join(close)}?" if close else ""
+    hint = did_you_mean(key.rsplit(".", 1)[-1], known)
     if key in MODEL_FIELDS or f"grpo.{key}" in SCHEMA:  # TRL's spelling, in a YAML file (cli.py takes it)
         hint = trl_hint(key)
     return f"{key}: unknown key.{hint} Accepted: {', '.join(known)}"

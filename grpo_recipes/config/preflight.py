@@ -9,14 +9,13 @@ process, which the job then reuses."""
 
 from __future__ import annotations
 
-import difflib
 import math
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from grpo_common.errors import ConfigError, first_line
+from grpo_common.errors import ConfigError, did_you_mean, first_line
 from grpo_recipes.config import resume
 from grpo_recipes.config.checks import check_config, check_values, unknown_key_message
 
@@ -126,8 +125,7 @@ def _missing_option(err) -> str:
     if err.options is None or "/" not in missing:
         return first_line(err)
     group, value = missing.rsplit("/", 1)
-    close = difflib.get_close_matches(value, err.options, n=3, cutoff=0.5)
-    hint = f" Did you mean: {', '.join(close)}?" if close else ""
+    hint = did_you_mean(value, err.options, cutoff=0.5)
     own = " (a model of your own: model=<org/name> or model=<local dir>, or model=custom model.path=<it>)"
     extra = own if group == "model" else ""
     return f"{group}={value}: no such option.{hint} Options: {', '.join(sorted(err.options))}{extra}"

@@ -6,13 +6,12 @@ extends it (`RecipeGRPOConfig`)."""
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import json
 import re
 from typing import Any
 
-from grpo_common.errors import ConfigError
+from grpo_common.errors import ConfigError, did_you_mean
 from grpo_recipes.config.checks import check_batch
 from grpo_recipes.config.grpo_knobs import RecipeGRPOFields
 from grpo_recipes.config.knobs import SCHEMA
@@ -51,8 +50,7 @@ def build_grpo_kwargs(
     fields = {f.name for f in dataclasses.fields(recipe_grpo_config_class()) if f.init}
     for key in grpo:
         if key not in fields:
-            close = difflib.get_close_matches(key, sorted(fields), n=3, cutoff=0.6)
-            hint = f" Did you mean: {', '.join(close)}?" if close else ""
+            hint = did_you_mean(key, sorted(fields))
             raise ConfigError(f"grpo.{key}: not a GRPOConfig field of the installed TRL.{hint}")
     grpo["use_vllm"] = cfg["use_vllm"] or bool(grpo.get("use_vllm"))  # on at the top level or in a preset
     if isinstance(grpo.get("report_to"), str):

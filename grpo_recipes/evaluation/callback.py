@@ -20,18 +20,14 @@ class FixedEvalCallback(TrainerCallback):
         self,
         evaluator,
         output_dir: str | Path,
-        every_n_steps: int,
         accelerator,
         send_logs: Callable[[dict[str, float], Any], None],
-        hacking_window: int,
-        hacking_drop: float,
         skip_final_eval: Callable[[], bool] = lambda: False,
         vllm_generator: Callable[[Any], Any] | None = None,
     ):
         self.evaluator, self.vllm_generator, self.output_dir = evaluator, vllm_generator, Path(output_dir)
-        self.every = every_n_steps  # 0: only at step 0 and at the end
+        self.every = evaluator.settings["every_n_steps"]  # 0: only at step 0 and at the end
         self.accelerator, self.send_logs, self.skip_final_eval = accelerator, send_logs, skip_final_eval
-        self.hacking_window, self.hacking_drop = hacking_window, hacking_drop  # eval.hacking_*
         self.history: dict[int, dict[str, float]] = {}
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
@@ -68,7 +64,8 @@ class FixedEvalCallback(TrainerCallback):
             from grpo_recipes.outputs.logs import eval_file
 
             rewards, previous = train_rewards(state.log_history), max(earlier)
-            before, window, drop = earlier[previous]["accuracy"], self.hacking_window, self.hacking_drop
+            window, drop = (self.evaluator.settings[k] for k in ("hacking_window", "hacking_drop"))
+            before = earlier[previous]["accuracy"]
             check = check_hacking(rewards, step, previous, before, metrics["accuracy"], window, drop)
             metrics["reward_hacking"] = int(check is not None and check["raised"])
             if state.is_world_process_zero:

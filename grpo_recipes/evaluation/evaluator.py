@@ -42,7 +42,6 @@ class FixedEvaluator:
         max_new_tokens: int,
         response_prefix: str = "",
         rewards: Sequence[tuple[Callable, float]] = (),
-        holdout: dict[str, str] | None = None,
         tools: Sequence[Callable] = (),
         max_tool_iterations: int | None = None,
         environment_factory: Callable[[], Any] | None = None,
@@ -62,7 +61,6 @@ class FixedEvaluator:
         self.ks = [k for k in pass_k["k"] if k <= self.num_samples]
         self.response_prefix = response_prefix  # pre-filled by the chat template: part of the reply
         self.rewards = list(rewards)  # the run's, weighted: `reward` is what training pays the greedy reply
-        self.holdout = holdout  # {task: what its eval problems keep out of training}, for the eval JSON
         self.loop = None  # with tools: training's tool loop, on prompts rendered as training renders them
         if tools or environment_factory:
             from grpo_recipes.evaluation.tool_loop import ToolLoop
@@ -231,8 +229,7 @@ class FixedEvaluator:
             metrics.update(chance_metrics(table))
             result |= {"chance": table, "majority_labels": labels}
             chance, chance_line = metrics["chance/accuracy"], describe(table, labels)
-        if self.holdout is not None:
-            result["holdout"] = self.holdout
+        result["holdout"] = self.taskset.holdout  # {task: what its eval problems keep out of training}
         metrics["seconds"] = round(time.time() - start, 2)
         if main and out_dir is not None:
             from grpo_recipes.outputs.logs import eval_file, write_atomic

@@ -17,18 +17,11 @@ from typing import Any, NamedTuple
 from grpo_common.errors import ConfigError
 from grpo_common.formats import get_format
 from tasks import TaskSet
-from tasks.registry import holdout_of
 
 EVAL_DRAWS = 4096  # candidates drawn for an eval set (16 a problem, if more) before its space is too small
 TRANSFER_SEED = 500  # transfer set j draws from eval.seed + 500 + j: apart from the tasks' seed + i
 UNITS = {"question": "problems", "function": "functions", "template": "templates"}
 LESS = {"function": "question", "template": "function"}  # a code eval's space, larger
-
-
-def holdout_by_task(dataset_cfg: dict[str, Any]) -> dict[str, str]:
-    """`dataset.holdout` resolved per training task (auto: function for a code task, question otherwise)."""
-    setting = dataset_cfg.get("holdout", "auto")
-    return {name: holdout_of(name, setting) for name in dataset_cfg["tasks"]}
 
 
 def transfer_sets(dataset_cfg: dict[str, Any], eval_cfg: dict[str, Any]) -> dict[str, TaskSet]:
@@ -48,7 +41,7 @@ def transfer_sets(dataset_cfg: dict[str, Any], eval_cfg: dict[str, Any]) -> dict
                 f"it cannot be a training task's name; e.g. {key}_transfer: {{task: {key}, config: ...}}"
             )
         task = {str(spec.get("task", key)): {"config": spec.get("config") or {}}}
-        out[str(key)] = TaskSet(task, dataset_cfg["prompt_format"], dataset_cfg.get("holdout", "auto"), where)
+        out[str(key)] = TaskSet(task, dataset_cfg["prompt_format"], dataset_cfg["holdout"], where)
     return out
 
 
@@ -164,7 +157,7 @@ def build_eval_set(dataset_cfg: dict[str, Any], eval_cfg: dict[str, Any]):
     """(TaskSet, system prompt, few-shot pairs, eval rows): `eval.size` problems per task, then per transfer
     set (rows marked `eval_set: transfer` and `transfer: <its key>`); no two share a hold-out key or a
     question."""
-    holdout = dataset_cfg.get("holdout", "auto")
+    holdout = dataset_cfg["holdout"]
     taskset = TaskSet(dataset_cfg["tasks"], dataset_cfg["prompt_format"], holdout)
     system, shots = system_prompt(dataset_cfg), few_shot(dataset_cfg)
     size, seed, taken, eval_rows = int(eval_cfg["size"]), int(eval_cfg["seed"]), set(), []

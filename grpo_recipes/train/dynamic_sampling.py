@@ -10,7 +10,6 @@ from typing import Any
 import torch
 from trl.trainer.utils import RepeatSampler, pad
 
-from grpo_recipes.config.checks import check_dynamic_sampling
 from grpo_recipes.train.sampling_kl import SAMPLING_LOGPS, SamplingKLTrainer
 
 # The pad value of each padded output key of `_generate_and_score_completions` (None: the pad token;
@@ -52,13 +51,9 @@ class DynamicSamplingTrainer(SamplingKLTrainer):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.max_draws = self.args.dynamic_sampling_max_draws
-        batch, processes = self.args.generation_batch_size, self.accelerator.num_processes
-        check_dynamic_sampling(
-            batch // processes,
-            self.num_generations,
-            f"grpo.generation_batch_size ({batch}) / processes ({processes})",
-        )
-        self.groups_per_process = batch // processes // self.num_generations
+        # whole groups on each process (checks.py's check_batch refused any other batch)
+        per_process = self.args.generation_batch_size // self.accelerator.num_processes
+        self.groups_per_process = per_process // self.num_generations
 
     def _generate_and_score_completions(self, inputs):
         if not self.model.training:

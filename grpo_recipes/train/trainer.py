@@ -16,7 +16,6 @@ log = logging.getLogger("grpo_recipes")
 
 def make_evaluator(cfg: dict[str, Any], s: Setup):
     from grpo_recipes.evaluation.evaluator import FixedEvaluator
-    from grpo_recipes.train.data import holdout_by_task
 
     e = cfg["eval"]
     return FixedEvaluator(
@@ -28,7 +27,6 @@ def make_evaluator(cfg: dict[str, Any], s: Setup):
         max_new_tokens=e["max_new_tokens"] or s.args.max_completion_length,
         response_prefix=s.response_prefix,
         rewards=list(zip(s.reward_funcs, s.args.reward_weights or [1.0] * len(s.reward_funcs))),
-        holdout=holdout_by_task(cfg["dataset"]),
         tools=s.tools,  # the same tools, environment, turn cap and chat template as training's rollouts
         environment_factory=s.environment_factory,
         max_tool_iterations=s.args.max_tool_calling_iterations,
@@ -108,10 +106,7 @@ def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
     evaluation = FixedEvalCallback(
         make_evaluator(cfg, s),
         run_dir,
-        every_n_steps=cfg["eval"]["every_n_steps"],
         accelerator=trainer.accelerator,
-        hacking_window=cfg["eval"]["hacking_window"],
-        hacking_drop=cfg["eval"]["hacking_drop"],
         # eval metrics go to every tracker through the trainer's callbacks; a fresh TrainerControl, since
         # CallbackHandler.on_log resets `should_log`, which would drop this step's train log line
         send_logs=lambda logs, state: trainer.callback_handler.on_log(

@@ -5,8 +5,9 @@ never loads."""
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
+
+from grpo_common.errors import did_you_mean
 
 LIMITS = ("timeout", "memory_mb", "max_output_kb", "max_processes", "disk_mb")  # positive numbers
 SETTINGS = (*LIMITS, "workers", "isolation", "languages", "read_paths")
@@ -18,8 +19,7 @@ def check_settings(**settings) -> dict:
     """`settings` (the Executor's keywords) when valid, else a ValueError naming the bad key or value."""
     for key in settings:
         if key not in SETTINGS:
-            close = difflib.get_close_matches(key, SETTINGS, n=1)
-            hint = f" Did you mean '{close[0]}'?" if close else ""
+            hint = did_you_mean(key, SETTINGS)
             raise ValueError(f"sandbox: unknown key '{key}'.{hint} Accepted: {', '.join(SETTINGS)}")
     if settings.get("isolation", "full") not in ("full", "basic"):
         raise ValueError(f"sandbox.isolation must be 'full' or 'basic', got {settings['isolation']!r}")
