@@ -43,7 +43,7 @@ def check_values(cfg: Mapping[str, Any], world_size: int | None = None) -> None:
             raise ConfigError(
                 f"dataset.rewards.{name}: expected {{weight: <number>, ...options}} or null, got {show(spec)}"
             )
-    check_batch(cfg.get("grpo") or {}, world_size or int(os.environ.get("WORLD_SIZE", "1")))
+    check_batch(cfg["grpo"], world_size or int(os.environ.get("WORLD_SIZE", "1")))
     check_optimized_metric(cfg)
 
 
@@ -108,12 +108,11 @@ def check_config(cfg: Mapping[str, Any], world_size: int | None = None) -> list[
 
 def check_batch(grpo: Mapping[str, Any], world_size: int) -> None:
     """TRL counts completions, not prompts: each generation batch must hold whole groups."""
-    per_device = int(grpo.get("per_device_train_batch_size", 8))
-    num_generations = int(grpo.get("num_generations") or 8)
+    per_device, num_generations = int(grpo["per_device_train_batch_size"]), int(grpo["num_generations"])
     if grpo.get("generation_batch_size") is not None:
         batch, where = int(grpo["generation_batch_size"]), "grpo.generation_batch_size"
     else:
-        steps = int(grpo.get("steps_per_generation") or grpo.get("gradient_accumulation_steps", 1))
+        steps = int(grpo.get("steps_per_generation") or grpo["gradient_accumulation_steps"])
         batch = per_device * world_size * steps
         where = (
             f"grpo.per_device_train_batch_size ({per_device}) x processes ({world_size}) x "
