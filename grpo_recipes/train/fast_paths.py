@@ -45,11 +45,14 @@ def eager_attention_for_gradients(model) -> str | None:
     if eager is None:  # each model's modeling file defines its own (softcapping, sinks, ...)
         return f"{type(model).__name__} has no eager_attention_forward"
 
-    def mask(batch_size, q_length, kv_length, *args, **kwargs):  # float for eager, boolean (or none): SDPA
+    def kept_bytes(scores: int) -> int:  # a walk over every module: asked only in passes with gradients
         layers = 1 if model.is_activation_checkpointing else model.config.num_hidden_layers
-        per_score = 6 * model.config.num_attention_heads * layers
-        small = batch_size * q_length * kv_length * per_score <= EAGER_ATTENTION_BYTES
-        eager_here = torch.is_grad_enabled() and small
+        return scores * 6 * model.config.num_attention_heads * layers
+
+    def mask(batch_size, q_length, kv_length, *args, **kwargs):  # float for eager, boolean (or none): SDPA
+        eager_here = (
+            torch.is_grad_enabled() and kept_bytes(batch_size * q_length * kv_length) <= EAGER_ATTENTION_BYTES
+        )
         return (eager_mask if eager_here else sdpa_mask)(batch_size, q_length, kv_length, *args, **kwargs)
 
     def attention(module, query, key, value, attention_mask, **kwargs):
