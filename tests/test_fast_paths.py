@@ -268,6 +268,25 @@ def test_long_sequences_keep_sdpa_with_gradients(tokenizer, monkeypatch):
         assert torch.equal(got, expected) is not eager, budget
 
 
+def test_passes_without_gradients_skip_the_attention_budget(tokenizer, monkeypatch):
+    """The budget asks `is_activation_checkpointing`, a walk over every module (~2 ms on the embedded
+    model): only passes with gradients may attend eagerly, so decode and eval passes never ask it."""
+    ours = tiny_model(tokenizer, seed=2, hidden_size=64)
+    assert fast_paths.eager_attention_for_gradients(ours) is None
+    asked = []
+    walk = type(ours).is_activation_checkpointing
+    monkeypatch.setattr(
+        type(ours), "is_activation_checkpointing", property(lambda m: asked.append(1) or walk.fget(m))
+    )
+    ids, mask, _ = batch(len(tokenizer))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.no_grad():
+            ours(input_ids=ids, attention_mask=mask)
+        assert asked == []
+        ours(input_ids=ids, attention_mask=mask)
+    assert len(asked) == 1  # once a pass with gradients, not once a layer
+
+
 def grpo_trainer(tokenizer, tmp_path, **config):
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
