@@ -351,6 +351,21 @@ def test_a_fast_path_that_cannot_apply_says_why(tokenizer, tmp_path):
         fast_paths.install(trainer, strict=True)
 
 
+def test_generation_that_cannot_pack_says_why_and_true_refuses(tokenizer, tmp_path, monkeypatch):
+    """A bf16 CPU run whose torch cannot pack (no oneDNN bf16 GEMM): `auto` generates unpacked and says so,
+    `true` refuses before installing anything."""
+    monkeypatch.setattr(fast_paths, "packed_weights_off", lambda accelerator: "no oneDNN here")
+    monkeypatch.setattr(fast_generation, "packed_weights_off", lambda accelerator: "no oneDNN here")
+    trainer = grpo_trainer(tokenizer, tmp_path)
+    with pytest.raises(ConfigError, match="grpo.fast_paths=true: packed weights off: no oneDNN here"):
+        fast_paths.install(trainer, strict=True)
+    assert not getattr(trainer.model.generate, "_fast", False)
+    assert (
+        fast_paths.install(trainer)[0]
+        == "generation under one autocast context, packed weights off: no oneDNN here"
+    )
+
+
 def test_the_pinned_trl_is_the_one_the_fast_paths_were_written_for():
     """Fails on a TRL upgrade: re-check what the fast paths stand in for, then update TESTED_TRL (with
     `grpo.fast_paths: auto` they switch themselves off meanwhile)."""

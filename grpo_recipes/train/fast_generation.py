@@ -8,8 +8,6 @@ from __future__ import annotations
 import contextlib
 import functools
 
-from grpo_common.errors import ConfigError
-
 
 def packed_weights_off(accelerator) -> str | None:
     """Why `generate` cannot run on packed bf16 weights here, or None when it can."""
@@ -118,15 +116,13 @@ def prefilled_cache(model, kwargs: dict):
     return cache
 
 
-def fast_generation(model, accelerator, strict: bool = False) -> str:
+def fast_generation(model, accelerator) -> str:
     """Run `model.generate` inside one autocast context (leaving it, as accelerate does after each forward,
     drops its bf16 weight copies) and, on a CPU, on packed weights with the prefilled bf16 cache. Returns
-    what was installed; `strict` refuses a bf16 CPU run that cannot pack."""
+    what was installed."""
     if accelerator.mixed_precision == "no":
         return "generation under one autocast context off: fp32, no weight is cast"
     why_not_packed = packed_weights_off(accelerator)
-    if strict and why_not_packed and accelerator.device.type == "cpu":
-        raise ConfigError(f"grpo.fast_paths=true: packed weights off: {why_not_packed}; auto goes without")
     generate = model.generate
     if not getattr(generate, "_fast", False):
 

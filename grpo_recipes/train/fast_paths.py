@@ -12,7 +12,7 @@ import types
 
 from grpo_common.errors import ConfigError
 from grpo_recipes.models.hardware import host_memory_bytes
-from grpo_recipes.train.fast_generation import fast_generation
+from grpo_recipes.train.fast_generation import fast_generation, packed_weights_off
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +184,11 @@ def apply(trainer, mode: bool | str | None = None) -> str:
 
 
 def install(trainer, strict: bool = False) -> list[str]:
-    installed = [fast_generation(trainer.model, trainer.accelerator, strict)]
+    accelerator = trainer.accelerator
+    why = packed_weights_off(accelerator) if accelerator.mixed_precision != "no" else None
+    if strict and why and accelerator.device.type == "cpu":
+        raise ConfigError(f"grpo.fast_paths=true: packed weights off: {why}; auto goes without")
+    installed = [fast_generation(trainer.model, accelerator)]
     args = trainer.args
     # TRL patches the base model under PEFT, and the reference model when there is one (beta > 0).
     models = [trainer.model.get_base_model() if hasattr(trainer.model, "get_base_model") else trainer.model]
