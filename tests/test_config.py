@@ -78,7 +78,7 @@ def test_every_dataset_option_is_valid(tmp_path):
         "qa_file": [f"dataset.tasks.qa_file.config.path={sample}"],  # the options with a required key
         "code_file": [f"dataset.tasks.code_file.config.path={code}"],
     }
-    for option in sorted(p.stem for p in (CONFIG / "dataset").glob("*.yaml") if p.stem != "base"):
+    for option in sorted(p.stem for p in (CONFIG / "dataset").glob("*.yaml")):
         validate_tasks(composed(f"dataset={option}", *needs.get(option, []))["dataset"]["tasks"])
 
 

@@ -37,7 +37,7 @@ def user_configs(root: Path) -> Path:
     (root / "experiment").mkdir()
     (root / "dataset" / "my_sums.yaml").write_text(
         textwrap.dedent("""\
-        defaults: [base@_here_, _self_]
+        defaults: [/_schema/dataset@_here_, _self_]
         name: my_sums
         tasks:
           basic_arithmetic: {weight: 1.0, config: {min_terms: 2, max_terms: 2, min_digits: 1, max_digits: 1}}
@@ -62,7 +62,7 @@ def test_config_dir_adds_a_users_dataset_and_experiment(tmp_path):
     cfg, run_dir = compose(CONFIG, line, line.overrides)
     assert cfg["dataset"]["name"] == "my_sums" and cfg["learning_rate"] == 3e-5
     assert cfg["dataset"]["tasks"]["basic_arithmetic"]["config"]["max_digits"] == 1
-    assert cfg["dataset"]["rewards"]  # inherited from the package's dataset/base.yaml
+    assert cfg["dataset"]["rewards"]  # inherited from the declared dataset defaults (_schema/dataset)
     assert run_dir == Path("outputs/mine")
     # the whole pre-flight check passes; Hydra gets the flags first
     assert check(argv, CONFIG) == [argv[0], f"--config-dir={configs}", "experiment=mine", "model=tiny_random"]

@@ -67,6 +67,9 @@ CASES = [
     ("group option", ["logger=wand"], "logger=wand: no such option. Did you mean: wandb?"),
     ("group option", ["dataset=arithmatic"], "dataset=arithmatic: no such option. Did you mean: arithmetic?"),
     ("group option", ["hydra/launcher=slrum"], "hydra/launcher=slrum: no such option. Did you mean: slurm?"),
+    # the declared defaults the group's files build on (_schema/<group>) are not options of the group
+    ("group option", ["tools=base"], "tools=base: no such option. Options: calculator, none, python"),
+    ("group option", ["dataset=base"], "dataset=base: no such option. Options: arithmetic, code_file, gsm8k"),
     ("unknown key", ["max_step=3"], "max_step: unknown key. Did you mean: max_steps?"),
     ("unknown key", ["eval.sizes=3"], "eval.sizes: unknown key. Did you mean: size?"),
     ("unknown key", ["sandbox.workerz=2"], "sandbox.workerz: unknown key. Did you mean: workers?"),

@@ -233,17 +233,14 @@ def defaults(cls: type) -> dict[str, Any]:
 
 @functools.cache  # once per process: the command-line check composes every job of a sweep
 def register() -> None:
-    """The declared defaults as Hydra configs: `_schema/top` and `_schema/model` (the model presets build
-    on it; not an option of its own), `dataset/base`, `tools/base` and `env/base` (the files of those groups
-    build on them), and `eval/default`,
-    `sandbox/default` and `grpo/default` (the options train.yaml picks)."""
+    """The declared defaults as Hydra configs: `_schema/<group>` for the groups whose files build on them
+    (`_schema/top`, and the model presets', datasets', tools' and envs' `defaults: [/_schema/<group>@..]`;
+    none of them an option of its group), and `eval/default`, `sandbox/default` and `grpo/default` (the
+    options train.yaml picks)."""
     from hydra.core.config_store import ConfigStore
 
     store = ConfigStore.instance()
-    store.store(group="_schema", name="top", node=defaults(Top))
-    store.store(group="_schema", name="model", node=defaults(Model))
-    store.store(group="dataset", name="base", node=defaults(Dataset))  # your dataset files: [base@_here_]
-    store.store(group="tools", name="base", node=defaults(Tools))  # the tools options build on it
-    store.store(group="env", name="base", node=defaults(Env))  # and the env options
+    for name, cls in (("top", Top), ("model", Model), ("dataset", Dataset), ("tools", Tools), ("env", Env)):
+        store.store(group="_schema", name=name, node=defaults(cls))
     for group, cls in (("eval", Eval), ("sandbox", Sandbox), ("grpo", GRPO)):
         store.store(group=group, name="default", node=defaults(cls))
