@@ -70,6 +70,11 @@ CASES = [
     # the declared defaults the group's files build on (_schema/<group>) are not options of the group
     ("group option", ["tools=base"], "tools=base: no such option. Options: calculator, none, python"),
     ("group option", ["dataset=base"], "dataset=base: no such option. Options: arithmetic, code_file, gsm8k"),
+    (
+        "group option",
+        ["accelerate=zero3"],
+        "accelerate: unknown key. config/accelerate/ holds accelerate's own config files: accelerate launch",
+    ),
     ("unknown key", ["max_step=3"], "max_step: unknown key. Did you mean: max_steps?"),
     ("unknown key", ["eval.sizes=3"], "eval.sizes: unknown key. Did you mean: size?"),
     ("unknown key", ["sandbox.workerz=2"], "sandbox.workerz: unknown key. Did you mean: workers?"),

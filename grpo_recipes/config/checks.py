@@ -192,4 +192,9 @@ def unknown_key_message(key: str, known: list[str]) -> str:
     hint = did_you_mean(key.rsplit(".", 1)[-1], known)
     if key in MODEL_FIELDS or f"grpo.{key}" in SCHEMA:  # TRL's spelling, in a YAML file (cli.py takes it)
         hint = trl_hint(key)
+    if key == "accelerate":  # config/accelerate/ holds accelerate's own files, not a Hydra group
+        hint = (
+            " config/accelerate/ holds accelerate's own config files: "
+            "accelerate launch --config_file config/accelerate/<name>.yaml train_grpo.py ..."
+        )
     return f"{key}: unknown key.{hint} Accepted: {', '.join(known)}"
