@@ -10,6 +10,7 @@ import pytest
 import yaml
 from conftest import read_jsonl, run_train
 
+from grpo_common.errors import ConfigError
 from grpo_recipes.config.preflight import check, compose, parse
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,6 +54,16 @@ def user_configs(root: Path) -> Path:
         """)
     )
     return root
+
+
+def test_a_users_dataset_without_its_name_is_one_line(tmp_path):
+    """A dataset file that builds on the declared defaults but leaves their mandatory `name` unset: the
+    line names the key, not OmegaConf's interpolation error from run_name."""
+    configs = user_configs(tmp_path / "my_configs")
+    mine = configs / "dataset" / "my_sums.yaml"
+    mine.write_text(mine.read_text().replace("name: my_sums\n", ""))
+    with pytest.raises(ConfigError, match=r"^dataset.name: not set; it takes the dataset's short name"):
+        check(["train_grpo.py", "--config-dir", str(configs), "dataset=my_sums"], CONFIG)
 
 
 def test_config_dir_adds_a_users_dataset_and_experiment(tmp_path):

@@ -75,6 +75,7 @@ CASES = [
         ["accelerate=zero3"],
         "accelerate: unknown key. config/accelerate/ holds accelerate's own config files: accelerate launch",
     ),
+    ("missing", ["model=custom"], "model.path: not set; it takes a hub id, a local dir, embedded:<name>"),
     ("unknown key", ["max_step=3"], "max_step: unknown key. Did you mean: max_steps?"),
     ("unknown key", ["eval.sizes=3"], "eval.sizes: unknown key. Did you mean: size?"),
     ("unknown key", ["sandbox.workerz=2"], "sandbox.workerz: unknown key. Did you mean: workers?"),

@@ -18,6 +18,7 @@ from typing import Any
 from grpo_common.errors import ConfigError, did_you_mean, first_line
 from grpo_recipes.config import resume
 from grpo_recipes.config.checks import check_config, check_values, unknown_key_message
+from grpo_recipes.config.knobs import KNOBS
 
 MAX_JOBS_PLANNED = 512  # a bigger sweep is checked one swept value at a time, each value once
 
@@ -107,6 +108,10 @@ def compose(
             error = err
     if error is not None:  # outside the block: naming an unknown key composes the config again
         raise ConfigError(_composition_error(error, config_dir, line, overrides))
+    raw = OmegaConf.to_container(cfg, resolve=False)
+    if missing := _unset({k: v for k, v in raw.items() if k != "hydra"}):  # before run_name reads them
+        doc = KNOBS[missing].metadata["doc"] if missing in KNOBS else "a value"
+        raise ConfigError(f"{missing}: not set; it takes {doc}: add {missing}=... or set it in its file")
     try:
         hydra = cfg.hydra
         run_dir = Path(hydra.run.dir) if job_num is None else Path(hydra.sweep.dir, str(hydra.sweep.subdir))
@@ -118,6 +123,17 @@ def compose(
         return OmegaConf.to_container(cfg, resolve=True), run_dir
     except OmegaConfBaseException as err:
         raise ConfigError(first_line(err)) from None
+
+
+def _unset(node: Any, prefix: str = "") -> str | None:
+    """The first key left at OmegaConf's mandatory `???` (model.path under model=custom, a dataset file's
+    name), or None."""
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, value in items:
+        found = f"{prefix}{key}" if value == "???" else _unset(value, f"{prefix}{key}.")
+        if found:
+            return found
+    return None
 
 
 def _missing_option(err) -> str:
