@@ -47,6 +47,11 @@ CASES = [
     ("cross-field", ["eval.seed=1"], "eval.seed=1: must differ from dataset.seed"),
     (
         "cross-field",
+        ["dataset.train_size=1"],
+        "dataset.train_size=1: each generation draws 2 distinct prompts",
+    ),
+    (
+        "cross-field",
         ["grpo.eval_strategy=steps"],
         "grpo.eval_strategy=steps: the recipe runs its own fixed eval",
     ),

@@ -94,6 +94,13 @@ def check_trainer_config(
     hw = hw or detect_hardware()
     grpo = build_grpo_kwargs(cfg, hw, reward_weights)
     args = build_grpo_config(grpo)
+    prompts = args.generation_batch_size // args.num_generations  # TRL's sampler drops a partial batch
+    if cfg["dataset"]["train_size"] < prompts:
+        raise ConfigError(
+            f"dataset.train_size={cfg['dataset']['train_size']}: each generation draws {prompts} distinct "
+            f"prompts ({args.generation_batch_size} completions / grpo.num_generations "
+            f"{args.num_generations}), so nothing would be trained; give at least {prompts}"
+        )
     # Under DeepSpeed, TrainingArguments point a global at their ZeRO config (HfDeepSpeedConfig): kept
     # alive, ZeRO-3 would partition the weights as from_pretrained loads them. The job builds its own.
     _BUILT[_key(cfg)] = None if args.deepspeed_plugin is not None else args
