@@ -104,6 +104,53 @@ def test_offline_a_hub_preset_fails_with_one_message_saying_what_to_do(monkeypat
     assert "hf download Qwen/Qwen2.5-0.5B-Instruct" in message and "\n" not in message
 
 
+@pytest.mark.parametrize(
+    "answer, expected",
+    [
+        (ConnectionError("[Errno -2] Name or service not known"), "the hub could not be reached ([Errno -2]"),
+        ("not found", "the hub has no model by that name"),
+        (None, None),  # the hub answers: the job downloads it
+    ],
+)
+def test_a_hub_id_not_in_the_cache_is_asked_of_the_hub_once_in_the_check(monkeypatch, answer, expected):
+    """Online, a hub id the cache lacks costs one request in the check (not the download's ~50 s of retries
+    in the job): an unreachable hub or an unknown id is one line."""
+    import httpx2
+    from huggingface_hub import HfApi, constants
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    from grpo_recipes.models.loading import check_model_path
+
+    def model_info(self, repo_id, timeout=None):
+        if answer == "not found":
+            response = httpx2.Response(
+                404, request=httpx2.Request("GET", f"https://huggingface.co/{repo_id}")
+            )
+            raise RepositoryNotFoundError("404", response=response)
+        if answer is not None:
+            raise answer
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(HfApi, "model_info", model_info)
+    if expected is None:
+        check_model_path("some-org/some-model")
+        return
+    with pytest.raises(ConfigError, match=r"^model.path 'some-org/some-model'") as err:
+        check_model_path("some-org/some-model")
+    assert expected in str(err.value)
+
+
+def test_a_missing_run_dir_is_a_missing_path_not_a_hub_id(tmp_path, monkeypatch):
+    from grpo_recipes.models.loading import check_model_path
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "outputs").mkdir()
+    with pytest.raises(ConfigError, match=r"^model.path 'outputs/run1/final' does not exist"):
+        check_model_path("outputs/run1/final")
+    with pytest.raises(ConfigError, match=r"^model.path 'outputs/run1' does not exist"):
+        check_model_path("outputs/run1")
+
+
 def test_when_the_hub_cannot_be_reached_loading_says_what_to_do(monkeypatch):
     import transformers
 
@@ -113,6 +160,8 @@ def test_when_the_hub_cannot_be_reached_loading_says_what_to_do(monkeypatch):
         raise OSError("We couldn't connect to 'https://huggingface.co' to load the files\nmore")
 
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", unreachable)
+    # the check's one request got an answer; the download itself then fails
+    monkeypatch.setattr("grpo_recipes.models.loading.hub_refuses", lambda repo_id: None)
     # online but unreachable, whatever the caller's environment says (HF_HUB_OFFLINE=1 is read at import)
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
     with pytest.raises(ConfigError) as err:

@@ -45,13 +45,38 @@ def check_model_path(path: str) -> None:
     if path.startswith(PREFIX) or path == TINY:
         return
     looks_local = path.startswith(("/", "./", "../", "~")) or os.path.isabs(path) or path.count("/") > 1
+    looks_local |= "/" in path and Path(path.split("/")[0]).is_dir()  # outputs/run1 beside an outputs/ dir
     exists = Path(path).expanduser().exists()
     if looks_local and not exists:
         raise ConfigError(f"model.path '{path}' does not exist (expected a model directory with config.json)")
     from huggingface_hub import constants
 
-    if not looks_local and not exists and constants.HF_HUB_OFFLINE and not in_hub_cache(path):
+    if looks_local or exists or in_hub_cache(path):
+        return
+    if constants.HF_HUB_OFFLINE:
         raise ConfigError(unreachable_message(path, "the hub is off (HF_HUB_OFFLINE=1)"))
+    if refused := hub_refuses(path):  # one request now, not the download's retries (~50 s) in the job
+        raise ConfigError(refused)
+
+
+def hub_refuses(repo_id: str) -> str | None:
+    """What to tell the user when the hub will not serve `repo_id` (unreachable, no such model), or None when
+    it answers."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+    try:
+        HfApi().model_info(repo_id, timeout=10)
+    except GatedRepoError:
+        return None  # the download says what a gated model needs
+    except RepositoryNotFoundError:
+        return (
+            f"model.path '{repo_id}': the hub has no model by that name (a private one needs "
+            "`hf auth login`; a local directory, a path that exists)"
+        )
+    except Exception as err:  # noqa: BLE001 - any failure to get an answer: DNS, proxy, timeout, 5xx
+        return unreachable_message(repo_id, f"the hub could not be reached ({first_line(err)})")
+    return None
 
 
 def in_hub_cache(repo_id: str) -> bool:
