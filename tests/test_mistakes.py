@@ -87,6 +87,7 @@ CASES = [
     ("registry", ["dataset.tasks.game_of_24.weight=1"], "unknown task 'game_of_24'. Did you mean: puzzle24"),
     ("registry", ["dataset.tasks.sum_digits.config.num_premises=2"], "unknown key 'num_premises'"),
     ("registry", ["dataset.rewards.acuracy.weight=1"], "unknown reward 'acuracy'. Did you mean: accuracy"),
+    ("registry", ["eval.transfer.more={task: nope}"], "eval.transfer.more.task: unknown task 'nope'."),
     (
         "registry",
         ["dataset.prompt_format=xml"],

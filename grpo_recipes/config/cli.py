@@ -13,9 +13,10 @@ from pathlib import Path
 
 from grpo_recipes.config.knobs import GROUPS, OPEN_GROUPS, SCHEMA
 
-# Open mappings: any GRPOConfig field, task or reward may be named, not only those in the YAML: `key=value`
-# becomes `++key=value`, and the recipe's check names a bad key (close matches) instead of Hydra's error.
-OPEN_PREFIXES = ("grpo.", "dataset.tasks.", "dataset.rewards.", "sandbox.")
+# Open mappings: any GRPOConfig field, task, reward or transfer set may be named, not only those in the YAML:
+# `key=value` becomes `++key=value`, and the recipe's check names a bad key (close matches) instead of Hydra's
+# error.
+OPEN_PREFIXES = ("grpo.", "dataset.tasks.", "dataset.rewards.", "eval.transfer.", "sandbox.")
 
 
 def rewrite_argv(argv: list[str], config_dir: Path) -> list[str]:
