@@ -133,10 +133,10 @@ def test_a_hub_id_not_in_the_cache_is_asked_of_the_hub_once_in_the_check(monkeyp
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(HfApi, "model_info", model_info)
     if expected is None:
-        check_model_path("some-org/some-model")
+        check_model_path("some-org/some-model", ask_hub=True)
         return
     with pytest.raises(ConfigError, match=r"^model.path 'some-org/some-model'") as err:
-        check_model_path("some-org/some-model")
+        check_model_path("some-org/some-model", ask_hub=True)
     assert expected in str(err.value)
 
 
@@ -160,8 +160,6 @@ def test_when_the_hub_cannot_be_reached_loading_says_what_to_do(monkeypatch):
         raise OSError("We couldn't connect to 'https://huggingface.co' to load the files\nmore")
 
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", unreachable)
-    # the check's one request got an answer; the download itself then fails
-    monkeypatch.setattr("grpo_recipes.models.loading.hub_refuses", lambda repo_id: None)
     # online but unreachable, whatever the caller's environment says (HF_HUB_OFFLINE=1 is read at import)
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
     with pytest.raises(ConfigError) as err:

@@ -100,7 +100,7 @@ def check_config(cfg: Mapping[str, Any], world_size: int | None = None) -> list[
         check_settings(**cfg["sandbox"])
     except (TypeError, ValueError) as err:
         raise ConfigError(str(err)) from None
-    check_model_path(cfg["model"]["path"])
+    check_model_path(cfg["model"]["path"], ask_hub=True)
     for key in ("chat_template", "tool_chat_template"):  # trl:<name>: a template the installed TRL ships
         if str(cfg["model"].get(key) or "").startswith(TRL_PREFIX):
             load_chat_template(cfg["model"][key], f"model.{key}")

@@ -37,7 +37,9 @@ def cache_root() -> Path:
     return Path(os.environ.get("GRPO_RECIPES_CACHE", Path.home() / ".cache" / "grpo_recipes"))
 
 
-def check_model_path(path: str) -> None:
+def check_model_path(path: str, ask_hub: bool = False) -> None:
+    """A model path that cannot load, as one line. `ask_hub` (the command-line check): a hub id the cache
+    lacks costs one request to the hub now, not the download's retries (~50 s) in the job."""
     if not path:
         raise ConfigError(
             "model.path is empty: give a local directory, a hub id, embedded:<name> or tiny-random"
@@ -55,7 +57,7 @@ def check_model_path(path: str) -> None:
         return
     if constants.HF_HUB_OFFLINE:
         raise ConfigError(unreachable_message(path, "the hub is off (HF_HUB_OFFLINE=1)"))
-    if refused := hub_refuses(path):  # one request now, not the download's retries (~50 s) in the job
+    if ask_hub and (refused := hub_refuses(path)):
         raise ConfigError(refused)
 
 
