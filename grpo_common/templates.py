@@ -1,10 +1,11 @@
-"""Chat templates: the `model.chat_template` override, and the response prefix a template pre-fills. Some
-templates (Qwen3, DeepSeek-R1 distills) end the generation prompt with `<think>`, which the model then never
-writes itself: rewards and eval must read `prefix + completion`, or a perfect `think` answer would be judged
-unformatted."""
+"""Chat templates: the `model.chat_template` override, the tool-calling one and its checks, and the response
+prefix a template pre-fills. Some templates (Qwen3, DeepSeek-R1 distills) end the generation prompt with
+`<think>`, which the model then never writes itself: rewards and eval must read `prefix + completion`, or a
+perfect `think` answer would be judged unformatted."""
 
 import importlib.util
 from pathlib import Path
+from typing import Any
 
 from grpo_common.errors import ConfigError
 
@@ -64,3 +65,40 @@ def with_prefix(completion, prefix: str):
         last = {**completion[i], "content": prefix + str(completion[i].get("content") or "")}
         return [*completion[:i], last, *completion[i + 1 :]]
     return completion
+
+
+def set_chat_template(tokenizer, model_cfg: dict[str, Any], tools: bool | str) -> None:
+    """model.chat_template over the tokenizer's; with tools (True, or the group giving them: tools or env)
+    and no override, model.tool_chat_template."""
+    path = model_cfg["path"]
+    keys = ("chat_template", "tool_chat_template") if tools else ("chat_template",)
+    key = next((k for k in keys if model_cfg.get(k)), None)
+    if key is not None:
+        tokenizer.chat_template = load_chat_template(model_cfg[key], f"model.{key}")
+    if tokenizer.chat_template is None:
+        raise ConfigError(f"model '{path}' has no chat template: set model.chat_template")
+    if tools:
+        group = tools if isinstance(tools, str) else "tools"
+        check_tool_calling(tokenizer, path, f"model.{key}" if key else "its own chat template", group)
+
+
+def check_tool_calling(tokenizer, path: str, source: str, group: str = "tools") -> None:
+    """The template renders a tool-calling conversation, and TRL can parse the calls the model writes in it
+    (the response schema TRL knows for its own templates, set here so the fixed eval parses them too)."""
+    from trl.chat_template_utils import add_response_schema, supports_tool_calling
+
+    fix = (
+        "set model.chat_template to one that can, e.g. trl:qwen2_5 (TRL's ChatML template with tool calls, "
+        f"for ChatML models such as SmolLM2), or {group}=none"
+    )
+    if not supports_tool_calling(tokenizer):
+        raise ConfigError(f"{group}: model '{path}' cannot call tools with {source}; {fix}")
+    has = (getattr(tokenizer, a, None) is not None for a in ("response_template", "response_schema"))
+    if not any(has):
+        try:
+            add_response_schema(tokenizer)
+        except ValueError:
+            raise ConfigError(
+                f"{group}: TRL cannot parse the tool calls model '{path}' writes with {source} (it knows "
+                f"the response format of its own templates only); {fix}"
+            ) from None

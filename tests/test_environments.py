@@ -140,9 +140,9 @@ def scripted():
 
 
 def test_training_and_the_fixed_eval_run_the_feedback_environment_alike(scripted, tmp_path):
+    from grpo_common.templates import set_chat_template
     from grpo_recipes.evaluation.generation import HFGenerator
     from grpo_recipes.evaluation.tool_loop import ToolLoop
-    from grpo_recipes.models.loading import set_chat_template
     from grpo_recipes.models.tiny import tiny_tokenizer
     from tests.test_tool_loop import scripted_trainer
 

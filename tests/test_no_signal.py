@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 from transformers import TrainerControl, TrainerState
 
-from grpo_recipes.train.no_signal import NoSignalWarning, likely_cause
+from grpo_recipes.outputs.logs import NoSignalWarning, likely_cause
 
 
 def test_likely_cause_reads_the_steps_metrics():
@@ -19,7 +19,7 @@ def test_likely_cause_reads_the_steps_metrics():
 def test_warns_once_after_n_steps_in_a_row(caplog):
     callback, args = NoSignalWarning(), SimpleNamespace(no_signal_warning=3, max_completion_length=32)
     state = TrainerState()
-    caplog.set_level(logging.WARNING, logger="grpo_recipes.train.no_signal")
+    caplog.set_level(logging.WARNING, logger="grpo_recipes.outputs.logs")
     for step, zero_std in enumerate([1.0, 1.0, 0.5, 1.0, 1.0, 1.0, 1.0], start=1):
         state.global_step = step
         callback.on_log(

@@ -69,7 +69,7 @@ def test_a_trl_template_is_read_from_the_installed_trl_byte_for_byte():
 
 
 def test_tools_need_a_template_that_can_call_them(tiny):
-    from grpo_recipes.models.loading import set_chat_template
+    from grpo_common.templates import set_chat_template
 
     tokenizer = copy.deepcopy(tiny[1])
     set_chat_template(tokenizer, {"path": "tiny-random", "tool_chat_template": "trl:qwen2_5"}, tools=False)

@@ -11,11 +11,11 @@ import importlib.util
 import pytest
 import transformers
 
+from grpo_common.templates import set_chat_template
 from grpo_common.tool_use import ToolUse, tool_use
 from grpo_recipes.config.trainer_args import recipe_grpo_config_class
 from grpo_recipes.evaluation.generation import HFGenerator
 from grpo_recipes.evaluation.tool_loop import ToolLoop
-from grpo_recipes.models.loading import set_chat_template
 from grpo_recipes.models.tiny import tiny_model, tiny_tokenizer
 from grpo_recipes.train.sampling_kl import SamplingKLTrainer
 from rewards import sandbox

@@ -140,7 +140,7 @@ def test_a_worked_example_may_call_a_tool_before_its_answer():
 
 
 def test_a_worked_tool_call_renders_in_the_tool_template_as_the_model_writes_calls():
-    from grpo_recipes.models.loading import set_chat_template
+    from grpo_common.templates import set_chat_template
     from grpo_recipes.models.tiny import tiny_tokenizer
     from tools import build_tools
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_common.errors import ConfigError, first_line
+from grpo_common.templates import set_chat_template
 
 log = logging.getLogger("grpo_recipes")
 
@@ -235,9 +236,7 @@ def load_model_and_tokenizer(
         local = str(Path(path).expanduser()) if Path(path).expanduser().exists() else path
     try:
         tokenizer = AutoTokenizer.from_pretrained(local)
-        set_chat_template(
-            tokenizer, model_cfg, tools
-        )  # a template that cannot work: refused before the weights
+        set_chat_template(tokenizer, model_cfg, tools)  # one that cannot work: refused before the weights
         try:
             model = AutoModelForCausalLM.from_pretrained(local, **kwargs)
         except OSError:
@@ -261,42 +260,3 @@ def load_model_and_tokenizer(
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer
-
-
-def set_chat_template(tokenizer, model_cfg: dict[str, Any], tools: bool | str) -> None:
-    """model.chat_template over the tokenizer's; with tools (True, or the group giving them: tools or env)
-    and no override, model.tool_chat_template."""
-    path = model_cfg["path"]
-    keys = ("chat_template", "tool_chat_template") if tools else ("chat_template",)
-    key = next((k for k in keys if model_cfg.get(k)), None)
-    if key is not None:
-        from grpo_common.templates import load_chat_template
-
-        tokenizer.chat_template = load_chat_template(model_cfg[key], f"model.{key}")
-    if tokenizer.chat_template is None:
-        raise ConfigError(f"model '{path}' has no chat template: set model.chat_template")
-    if tools:
-        group = tools if isinstance(tools, str) else "tools"
-        check_tool_calling(tokenizer, path, f"model.{key}" if key else "its own chat template", group)
-
-
-def check_tool_calling(tokenizer, path: str, source: str, group: str = "tools") -> None:
-    """The template renders a tool-calling conversation, and TRL can parse the calls the model writes in it
-    (the response schema TRL knows for its own templates, set here so the fixed eval parses them too)."""
-    from trl.chat_template_utils import add_response_schema, supports_tool_calling
-
-    fix = (
-        "set model.chat_template to one that can, e.g. trl:qwen2_5 (TRL's ChatML template with tool calls, "
-        f"for ChatML models such as SmolLM2), or {group}=none"
-    )
-    if not supports_tool_calling(tokenizer):
-        raise ConfigError(f"{group}: model '{path}' cannot call tools with {source}; {fix}")
-    has = (getattr(tokenizer, a, None) is not None for a in ("response_template", "response_schema"))
-    if not any(has):
-        try:
-            add_response_schema(tokenizer)
-        except ValueError:
-            raise ConfigError(
-                f"{group}: TRL cannot parse the tool calls model '{path}' writes with {source} (it knows "
-                f"the response format of its own templates only); {fix}"
-            ) from None

@@ -21,9 +21,8 @@ from grpo_recipes.config.checks import check_config
 from grpo_recipes.config.trainer_args import checked_here
 from grpo_recipes.outputs.logs import append_metrics, load_evals, setup_console
 from grpo_recipes.train.assemble import Setup, assemble
-from grpo_recipes.train.fast_generation import fast_generation
 from grpo_recipes.train.stopping import Interrupted, crashed, full_disk, stopped, trim_metrics_after
-from grpo_recipes.train.trainer import Training, build_trainer, describe, make_evaluator
+from grpo_recipes.train.trainer import Training, build_trainer, describe, eval_model, make_evaluator
 
 log = logging.getLogger("grpo_recipes")
 
@@ -96,9 +95,7 @@ def eval_only(cfg: dict[str, Any], run_dir: Path, s: Setup) -> float:
     mixed = "bf16" if s.args.bf16 else ("fp16" if s.args.fp16 else "no")
     accelerator = Accelerator(cpu=not s.hw.gpu, mixed_precision=mixed)
     describe(cfg, run_dir, s, accelerator)
-    model = accelerator.prepare_model(s.model, evaluation_mode=True).eval()
-    if s.args.fast_paths is not False:  # as training generated its evals
-        fast_generation(model, accelerator)
+    model = eval_model(s, accelerator)
     state = Path(cfg["model"]["path"]).expanduser() / "trainer_state.json"  # a checkpoint's; base model: 0
     step = TrainerState.load_from_json(str(state)).global_step if state.is_file() else 0
     metrics, _ = make_evaluator(cfg, s).run(model, accelerator, step, run_dir / "eval_results")
@@ -114,7 +111,7 @@ def _train(cfg: dict[str, Any], run_dir: Path, s: Setup, training: Training) -> 
     if (lora := s.peft_config) is not None:
         targets = lora.target_modules if isinstance(lora.target_modules, str) else sorted(lora.target_modules)
         log.info("LoRA r=%d alpha=%d on %s", lora.r, lora.lora_alpha, targets)
-    log.info("Fast paths: %s", training.fast_paths)
+    log.info("Fast paths: %s", training.speedups)
     if s.args.use_vllm:
         log.info("fixed eval generates with the trainer's vLLM engine (%s)", trainer.vllm_generation.mode)
     n_train = sum(t.numel() for t in trainer.model.parameters() if t.requires_grad)

@@ -34,6 +34,16 @@ def make_evaluator(cfg: dict[str, Any], s: Setup):
     )
 
 
+def eval_model(s: Setup, accelerator):
+    """eval_only's model, prepared as training's and generating on the same fast path (unless it is off)."""
+    from grpo_recipes.train.fast_generation import fast_generation
+
+    model = accelerator.prepare_model(s.model, evaluation_mode=True).eval()
+    if s.args.fast_paths is not False:
+        fast_generation(model, accelerator)
+    return model
+
+
 def describe(cfg: dict[str, Any], run_dir: Path, s: Setup, accelerator) -> None:
     from grpo_recipes.models.hardware import running_engine
 
@@ -60,7 +70,7 @@ class Training(NamedTuple):
     trainer: Any
     evaluation: Any  # FixedEvalCallback
     stop: Any  # GracefulStop
-    fast_paths: str  # the speed-ups installed, and why any is not
+    speedups: str  # the fast paths installed, and why any is not
 
 
 def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
@@ -71,9 +81,8 @@ def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
     from grpo_recipes.config.trainer_args import name_the_key
     from grpo_recipes.evaluation.callback import FixedEvalCallback
     from grpo_recipes.evaluation.generation import VLLMGenerator, end_ids
-    from grpo_recipes.outputs.logs import ConciseProgressCallback, MetricsFileCallback
+    from grpo_recipes.outputs.logs import ConciseProgressCallback, MetricsFileCallback, NoSignalWarning
     from grpo_recipes.train import fast_paths
-    from grpo_recipes.train.no_signal import NoSignalWarning
     from grpo_recipes.train.samples import SampleRecorder
     from grpo_recipes.train.sampling_kl import trainer_class
     from grpo_recipes.train.stopping import GracefulStop
