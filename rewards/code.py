@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from grpo_common.errors import ConfigError
+from grpo_common.errors import ConfigError, is_number
 from rewards.accuracy import log_stats
-from rewards.registry import completion_text, entries, is_number
+from rewards.registry import completion_text, entries
 from rewards.sandbox import get_executor
 from rewards.sandbox.executor import Program
 

@@ -5,12 +5,11 @@ and what every reward needs: the text of a completion, the task entry it answers
 from __future__ import annotations
 
 import importlib
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from grpo_common.errors import ConfigError, did_you_mean
+from grpo_common.errors import ConfigError, did_you_mean, is_number
 from grpo_common.formats import reader
 from grpo_common.templates import with_prefix
 from rewards.guard import RewardFaults
@@ -33,14 +32,6 @@ def entries(kwargs: dict[str, Any], n: int) -> list[dict[str, Any]]:
     return [
         {c: kwargs[c][i] for c in ("question", "answer", "metadata", "task") if c in kwargs} for i in range(n)
     ]
-
-
-def is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass

@@ -8,10 +8,10 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from grpo_common.errors import ConfigError
+from grpo_common.errors import ConfigError, is_int, is_number
 from grpo_common.formats import get_format
 from rewards.accuracy import prompt_groups
-from rewards.registry import completion_text, entries, is_int, is_number
+from rewards.registry import completion_text, entries
 
 
 def _lengths(completions: list, completion_ids: Any, estimate: Callable[[str], float]) -> list[float]:

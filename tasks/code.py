@@ -13,8 +13,8 @@ from typing import Any, ClassVar
 from reasoning_gym.dataset import ProceduralDataset
 from reasoning_gym.factory import register_dataset
 
+from grpo_common.errors import is_int, is_number
 from rewards.code import TestSuite, run_suites
-from rewards.registry import is_int, is_number
 from tasks.files import UNSET, read, source_key
 
 INSTRUCTION = "Return the complete function in a single ```python code block."

@@ -67,12 +67,12 @@ def check_optimized_metric(cfg: Mapping[str, Any]) -> None:
         )
 
 
-def check_config(cfg: Mapping[str, Any], world_size: int | None = None) -> list[float]:
+def check_config(cfg: Mapping[str, Any]) -> list[float]:
     """The whole check before anything is loaded or written: values first (import-light), then what the
     registries know: tasks (the transfer sets' too) and their config keys, rewards and their options, the
     prompt format, the sandbox settings and a local model path; returns the rewards' weights. (TRL's own
     rules: trainer_args.check_trainer_config.)"""
-    check_values(cfg, world_size)
+    check_values(cfg)
     from grpo_common.templates import TRL_PREFIX, load_chat_template
     from grpo_recipes.config.tool_checks import check_tools
     from grpo_recipes.models.loading import check_model_path

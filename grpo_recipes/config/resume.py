@@ -20,7 +20,7 @@ from typing import Any
 
 from grpo_common.errors import ConfigError
 from grpo_recipes.config.knobs import may_change_on_resume
-from grpo_recipes.config.values import lookup
+from grpo_recipes.config.values import lookup, show
 
 # Where the run lives: the plan has already found the directory, however it was spelled.
 IDENTITY = ("output_dir", "output_root", "run_name")
@@ -133,11 +133,8 @@ def _change(saved: Mapping[str, Any], now: Mapping[str, Any], dotted: str) -> st
     scalar = all(
         isinstance(v, (str, int, float, bool, type(None))) and len(str(v)) <= 40 for v in (before, after)
     )
-    return f"{dotted} ({_show(before)} -> {_show(after)})" if scalar else dotted
-
-
-def _show(value: Any) -> str:
-    return "unset" if value is _MISSING else "null" if value is None else str(value)
+    shown = ["unset" if v is _MISSING else show(v) for v in (before, after)]
+    return f"{dotted} ({shown[0]} -> {shown[1]})" if scalar else dotted
 
 
 def check_finished(run_dir: Path, max_steps: int) -> None:

@@ -9,22 +9,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from grpo_common.errors import ConfigError
+from tools import ENV_TOOLS
 
 TOOL_REWARDS = ("tool_format", "tool_errors")  # rewards/tool_use.py: they read tool turns
 
 
-def run_tool_names(cfg: Mapping[str, Any]) -> list[str]:
-    """The tools the model is shown: `tools.names`, then the environment's methods."""
-    from tools import ENV_TOOLS
-
-    env = cfg["env"]["name"]
-    return [*dict.fromkeys(cfg["tools"]["names"]), *(ENV_TOOLS[env] if env else ())]
-
-
 def check_tools(cfg: Mapping[str, Any]) -> None:
-    from grpo_recipes.train.data import shot_tool_names
+    from grpo_recipes.train.data import few_shot
 
-    env, names = cfg["env"]["name"], run_tool_names(cfg)
+    env = cfg["env"]["name"]  # the tools the model is shown: tools.names, then the environment's methods
+    names = [*dict.fromkeys(cfg["tools"]["names"]), *(ENV_TOOLS[env] if env else ())]
     clash = sorted({n for n in names if names.count(n) > 1})
     if clash:
         raise ConfigError(
@@ -44,7 +38,7 @@ def check_tools(cfg: Mapping[str, Any]) -> None:
                 f"dataset.rewards.{key}: {fn} scores tool calls, and this run gives the model no tool: "
                 "add tools= or env=, or drop it"
             )
-    for name in shot_tool_names(cfg["dataset"]):
+    for name in (name for shot in few_shot(cfg["dataset"]) for name, _, _ in shot.tool_calls):
         if name not in names:
             shown = ", ".join(names) if names else "none (add tools= or env=)"
             raise ConfigError(

@@ -86,12 +86,10 @@ def take_checked_args(cfg: dict[str, Any]):
     return _BUILT.pop(_key(cfg), None)
 
 
-def check_trainer_config(
-    cfg: dict[str, Any], reward_weights: list[float], hw: Hardware | None = None
-) -> None:
+def check_trainer_config(cfg: dict[str, Any], reward_weights: list[float]) -> None:
     """The GRPOConfig this config builds, checked as TRL would: the last stage of the config check. Kept for
     the job (take_checked_args)."""
-    hw = hw or detect_hardware()
+    hw = detect_hardware()
     grpo = build_grpo_kwargs(cfg, hw, reward_weights)
     args = build_grpo_config(grpo)
     prompts = args.generation_batch_size // args.num_generations  # TRL's sampler drops a partial batch

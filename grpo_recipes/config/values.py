@@ -5,19 +5,16 @@ bool, or of `abc` to a number."""
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from grpo_common.errors import is_int, is_number
+
 # kind -> (how it is described, whether a value is of it)
 KINDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
-    "int": ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
-    # an integer is a number too (`learning_rate=1`); a bool, NaN and inf are not
-    "float": (
-        "a number",
-        lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
-    ),
+    "int": ("an integer", is_int),
+    "float": ("a number", is_number),
     "bool": ("true or false", lambda v: isinstance(v, bool)),
     "str": ("a string", lambda v: isinstance(v, str)),
     "name": (

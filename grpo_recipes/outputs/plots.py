@@ -18,7 +18,7 @@ def series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
-def _names(train: list[dict], prefix: str, suffix: str) -> list[str]:
+def metric_names(train: list[dict], prefix: str, suffix: str) -> list[str]:
     return sorted({k.split("/")[2] for r in train for k in r if k.startswith(prefix) and k.endswith(suffix)})
 
 
@@ -37,10 +37,10 @@ def _curve(ax, rows: list[dict], key: str, label: str, color, raw: bool = True, 
     return True
 
 
-def _plot_chance(ax, evals: dict, tasks: list[str], colors: list[str]) -> None:
+def _plot_chance(ax, evals: dict, tasks: list[str]) -> None:
     """The chance line (the first eval's best constant answer per task), dashed under the accuracy curves."""
     metrics = next((ev["metrics"] for ev in evals.values() if "chance" in ev), {})
-    lines = [(f"chance/{t}/accuracy", t, colors[i % len(colors)]) for i, t in enumerate(tasks)]
+    lines = [(f"chance/{t}/accuracy", t, f"C{i}") for i, t in enumerate(tasks)]
     lines += [("chance/accuracy", "all tasks", "black")] if len(tasks) > 1 else []
     for key, name, color in lines:
         if key in metrics:
@@ -75,8 +75,7 @@ def figure(path: Path, panels: int = 1, height: float = 4.5, width: float = 8):
 
 
 def make_plots(run_dir: Path, train: list[dict], evals: dict, tasks: list[str]) -> list[tuple[str, str]]:
-    """The report's figures: [(title, file name)]."""
-    colors = pyplot().rcParams["axes.prop_cycle"].by_key()["color"]
+    """The report's figures: [(title, file name)]. Colours: C<i>, the i-th of matplotlib's colour cycle."""
     rows = train + [{"step": step, **ev["metrics"]} for step, ev in evals.items()]  # eval keys: no train/
     plots = []
 
@@ -86,53 +85,51 @@ def make_plots(run_dir: Path, train: list[dict], evals: dict, tasks: list[str]) 
 
     with plot("accuracy.png", "Accuracy per task") as (ax,):
         for i, task in enumerate(tasks):
-            c, name = colors[i % len(colors)], f"{task}: train samples (smoothed)"
+            c, name = f"C{i}", f"{task}: train samples (smoothed)"
             _curve(ax, rows, f"{task}/accuracy", f"{task}: fixed eval (greedy)", c, markersize=7)
             _curve(ax, rows, f"train/accuracy/{task}", name, c, raw=False, linestyle="--")
         if len(tasks) > 1:
             _curve(ax, rows, "accuracy", "all tasks: fixed eval", "black", fmt="s-", linewidth=2.5)
-        _plot_chance(ax, evals, tasks, colors)
+        _plot_chance(ax, evals, tasks)
         finish(ax, xlabel=STEP, ylabel="accuracy (score >= 1)", ylim=SHARE, title="Accuracy per task")
     if not train:
         return plots
 
     with plot("reward.png", "Reward and group variance", panels=2, height=6) as (ax1, ax2):
         _curve(ax1, rows, "train/reward", "total reward (weighted sum)", "black")
-        for i, name in enumerate(_names(train, "train/rewards/", "/mean")):
-            _curve(ax1, rows, f"train/rewards/{name}/mean", name, colors[i % len(colors)], raw=False)
+        for i, name in enumerate(metric_names(train, "train/rewards/", "/mean")):
+            _curve(ax1, rows, f"train/rewards/{name}/mean", name, f"C{i}", raw=False)
         finish(ax1, ylabel="reward", title="Train reward (faint: per step, bold: moving average)")
-        has = _curve(ax2, rows, "train/groups/reward_varied", "groups whose rewards differ", colors[0])
-        has |= _curve(ax2, rows, "train/groups/answer_varied", "groups whose answers differ", colors[1])
+        has = _curve(ax2, rows, "train/groups/reward_varied", "groups whose rewards differ", "C0")
+        has |= _curve(ax2, rows, "train/groups/answer_varied", "groups whose answers differ", "C1")
         if not has:
-            _curve(ax2, rows, "train/frac_reward_zero_std", "groups with equal rewards", colors[0])
+            _curve(ax2, rows, "train/frac_reward_zero_std", "groups with equal rewards", "C0")
         finish(ax2, xlabel=STEP, ylabel="share of prompt groups", ylim=SHARE)
 
-    leveled = _names(train, "train/curriculum/", "/level")
+    leveled = metric_names(train, "train/curriculum/", "/level")
     if leveled:
         with plot("curriculum.png", "Curriculum level per task", height=3.5) as (ax,):
             for i, task in enumerate(leveled):
                 steps, levels = series(train, f"train/curriculum/{task}/level")
-                ax.plot(
-                    steps, levels, drawstyle="steps-post", color=colors[i % len(colors)], lw=2, label=task
-                )
+                ax.plot(steps, levels, drawstyle="steps-post", color=f"C{i}", lw=2, label=task)
             ax.yaxis.get_major_locator().set_params(integer=True)
             finish(ax, xlabel=STEP, ylabel="level (0: easiest)", title="Curriculum level per task")
 
     title = "Completion length and format compliance"
     with plot("length_format.png", title, panels=2, height=6) as (ax1, ax2):
-        _curve(ax1, rows, "train/completions/mean_length", "train samples", colors[0])
-        _curve(ax1, rows, "mean_length", "fixed eval (greedy)", colors[1])
+        _curve(ax1, rows, "train/completions/mean_length", "train samples", "C0")
+        _curve(ax1, rows, "mean_length", "fixed eval (greedy)", "C1")
         finish(ax1, ylabel="tokens", title="Completion length")
-        _curve(ax2, rows, "format", "fixed eval: format compliance", colors[2])
-        _curve(ax2, rows, "train/completions/clipped_ratio", "train: cut off at max length", colors[3])
+        _curve(ax2, rows, "format", "fixed eval: format compliance", "C2")
+        _curve(ax2, rows, "train/completions/clipped_ratio", "train: cut off at max length", "C3")
         finish(ax2, xlabel=STEP, ylabel="share", ylim=SHARE, title="Format compliance and truncation")
 
     has_kl = any(isinstance(r.get("train/kl"), (int, float)) for r in train)
     with plot("entropy_kl.png", "Entropy and KL", panels=1 + has_kl, height=6 if has_kl else 3.5) as axes:
-        _curve(axes[0], rows, "train/entropy", "entropy", colors[4])
+        _curve(axes[0], rows, "train/entropy", "entropy", "C4")
         finish(axes[0], ylabel="nats per token", title="Policy entropy")
         if has_kl:
-            _curve(axes[1], rows, "train/kl", "KL to reference", colors[5])
+            _curve(axes[1], rows, "train/kl", "KL to reference", "C5")
             finish(axes[1], ylabel="KL", title="KL to the reference model")
         axes[-1].set(xlabel=STEP)
     return plots

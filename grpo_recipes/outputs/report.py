@@ -10,6 +10,7 @@ from typing import Any
 
 from grpo_recipes.evaluation.metrics import fixed_examples
 from grpo_recipes.outputs.logs import load_evals, read_jsonl, write_atomic
+from grpo_recipes.outputs.plots import metric_names, series
 from grpo_recipes.outputs.report_tools import clean, tool_section
 
 # (metric, label, format) after the accuracy and pass@k
@@ -194,13 +195,10 @@ def _header(run_dir: Path, train: list[dict]) -> list[str]:
         results = json.loads(done.read_text()) if done.exists() else {}
         runtime = f" in {results['train_runtime']:.0f} s" if "train_runtime" in results else " (unfinished)"
         lines.append(f"- trained {train[-1]['step']} steps{runtime}")
-        keys = sorted(
-            {k for r in train for k in r if k.startswith("train/curriculum/") and k.endswith("/level")}
-        )
         levels = []
-        for key in keys:  # first -> last logged
-            values = [r[key] for r in train if isinstance(r.get(key), (int, float))]
-            levels.append(f"{key.split('/')[2]} {values[0]:g} -> {values[-1]:g}")
+        for task in metric_names(train, "train/curriculum/", "/level"):  # first -> last logged
+            values = series(train, f"train/curriculum/{task}/level")[1]
+            levels.append(f"{task} {values[0]:g} -> {values[-1]:g}")
         if levels:
             lines.append(f"- curriculum levels (first -> last logged): {', '.join(levels)}")
     return lines + [""]

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grpo_common.errors import ConfigError
 from grpo_recipes.config.resume import RunPlan
 from grpo_recipes.models.hardware import Hardware
 
@@ -44,10 +43,7 @@ def assemble(cfg: dict[str, Any], plan: RunPlan) -> Setup:
 
     hw = detect_hardware()
     check_engine(hw.gpu)
-    try:  # before any code runs: the tasks' verifiers, code rewards, the python tool
-        sandbox.configure(**cfg["sandbox"])
-    except (TypeError, ValueError) as err:
-        raise ConfigError(str(err)) from None
+    sandbox.configure(**cfg["sandbox"])  # checked (check_config); before any code runs
     taskset, train_dataset, eval_rows, curriculum = get_datasets(cfg)
     if any(is_code_task(name) for name in taskset.names):
         log.info("code tasks run in the sandbox: %s", sandbox.get_executor().layers())

@@ -123,11 +123,6 @@ def few_shot(dataset_cfg: dict[str, Any]) -> Shots:
     return shots
 
 
-def shot_tool_names(dataset_cfg: dict[str, Any]) -> list[str]:
-    """The tools the worked examples call, in order (the config check compares them with the run's)."""
-    return [name for shot in few_shot(dataset_cfg) for name, _, _ in shot.tool_calls]
-
-
 def build_messages(question: str, system: str | None, shots: Shots = ()) -> list[dict[str, Any]]:
     """System message, each worked example as earlier turns, then the question. A small model copies an answer
     it has already "written" far more reliably than an example inside the system prompt (README, "Experiment
