@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 from grpo_recipes.config.cli import rewrite_argv
 from grpo_recipes.config.knobs import register
 from grpo_recipes.config.preflight import check_command_line
+from grpo_recipes.models.hardware import relaunch_with_malloc_tunables
 
 CONFIG_DIR = Path(__file__).resolve().parent / "config"
 register()  # every group's declared defaults, before Hydra composes
@@ -34,5 +35,6 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
+    relaunch_with_malloc_tunables()  # glibc's allocator tuned for training steps (hardware.py)
     sys.argv = check_command_line(rewrite_argv(sys.argv, CONFIG_DIR), CONFIG_DIR)
     main()

@@ -171,7 +171,10 @@ def main() -> None:
     args = parser.parse_args()
 
     from grpo_recipes.config.trainer_args import build_grpo_kwargs, recipe_grpo_config_class
+    from grpo_recipes.models import hardware
     from grpo_recipes.models.hardware import detect_hardware, resolve_activation_checkpointing
+
+    hardware.relaunch_with_malloc_tunables(entry_point=True)  # the allocator train_grpo.py runs with
     from grpo_recipes.train import fast_paths
     from grpo_recipes.train.sampling_kl import trainer_class
     from rewards import RewardContext, build_rewards
@@ -188,6 +191,7 @@ def main() -> None:
     grpo.update({k: yaml.safe_load(v) for k, v in (item.split("=", 1) for item in args.set)})
 
     print(f"machine: {machine()}; commit {git_rev()}; torch threads {torch.get_num_threads()}")
+    print(f"allocator: {hardware.malloc_tuning()} (GLIBC_TUNABLES= to measure without)")
     peak, bandwidth = machine_peaks(model.config, device)
     print(
         f"measured peaks: bf16 GEMM {peak / 1e12:.2f} TFLOP/s (model shapes), "

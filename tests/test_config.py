@@ -153,6 +153,46 @@ def test_hardware_rules():
     assert build_grpo_kwargs(composed(), CPU)["use_vllm"] is False
 
 
+@pytest.mark.skipif(__import__("platform").libc_ver()[0] != "glibc", reason="glibc's malloc tunables")
+def test_a_script_starts_again_once_with_the_malloc_tunables_unless_the_user_set_them(tmp_path):
+    """train_grpo.py's first act (hardware.relaunch_with_malloc_tunables): the same command, same pid,
+    flags and arguments, now with GLIBC_TUNABLES; a user's own setting (even empty) and a process started
+    as another program (a test's forked server, a benchmark running the script) are left alone."""
+    import os
+    import subprocess
+    import sys
+
+    from grpo_recipes.models.hardware import MALLOC_TUNABLES
+
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import os, sys\n"
+        f"sys.path.insert(0, {str(CONFIG.parent)!r})\n"
+        "from grpo_recipes.models.hardware import malloc_tuning, relaunch_with_malloc_tunables\n"
+        "print('start', os.getpid(), flush=True)\n"
+        "if sys.argv[1:] == ['--as-another']:\n"
+        "    sys.argv = ['train_grpo.py']\n"
+        "relaunch_with_malloc_tunables()\n"
+        "print(sys.argv[1:], sys.orig_argv[1], malloc_tuning())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
+
+    def run(*args: str, **extra: str) -> list[str]:
+        cmd = [sys.executable, "-u", str(script), *args]
+        return subprocess.run(
+            cmd, env={**env, **extra}, capture_output=True, text=True, check=True
+        ).stdout.split("\n")
+
+    first, again, result, _ = run("a=1", "b")
+    assert first == again and first.startswith("start")  # started twice, the same process
+    assert result == "['a=1', 'b'] -u glibc malloc on huge pages, freed memory kept"
+    assert MALLOC_TUNABLES.startswith("glibc.malloc.hugetlb=1:")
+    _, result, _ = run("a=1", GLIBC_TUNABLES="")
+    assert result == "['a=1'] -u glibc malloc untuned (GLIBC_TUNABLES='' is set)"
+    _, result, _ = run("--as-another")
+    assert result == "[] -u glibc malloc untuned (not started as train_grpo.py on glibc)"
+
+
 def test_cli_rewrites_model_paths_and_open_mappings():
     argv = [
         "train_grpo.py",

@@ -19,6 +19,7 @@ from grpo_common.errors import ConfigError
 from grpo_recipes.config import resume
 from grpo_recipes.config.checks import check_config
 from grpo_recipes.config.trainer_args import checked_here
+from grpo_recipes.models.hardware import malloc_tuning
 from grpo_recipes.outputs.logs import append_metrics, load_evals, setup_console
 from grpo_recipes.train.assemble import Setup, assemble
 from grpo_recipes.train.stopping import Interrupted, crashed, full_disk, stopped, trim_metrics_after
@@ -111,7 +112,7 @@ def _train(cfg: dict[str, Any], run_dir: Path, s: Setup, training: Training) -> 
     if (lora := s.peft_config) is not None:
         targets = lora.target_modules if isinstance(lora.target_modules, str) else sorted(lora.target_modules)
         log.info("LoRA r=%d alpha=%d on %s", lora.r, lora.lora_alpha, targets)
-    log.info("Fast paths: %s", training.speedups)
+    log.info("Fast paths: %s; %s", training.speedups, malloc_tuning())
     if s.args.use_vllm:
         log.info("fixed eval generates with the trainer's vLLM engine (%s)", trainer.vllm_generation.mode)
     n_train = sum(t.numel() for t in trainer.model.parameters() if t.requires_grad)
