@@ -165,6 +165,9 @@ class PhaseClock:
 
 
 def main() -> None:
+    from grpo_recipes.models.hardware import relaunch_with_malloc_tunables
+
+    relaunch_with_malloc_tunables(entry_point=True)  # the allocator train_grpo.py runs with
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="GRPOConfig overrides")
@@ -173,8 +176,6 @@ def main() -> None:
     from grpo_recipes.config.trainer_args import build_grpo_kwargs, recipe_grpo_config_class
     from grpo_recipes.models import hardware
     from grpo_recipes.models.hardware import detect_hardware, resolve_activation_checkpointing
-
-    hardware.relaunch_with_malloc_tunables(entry_point=True)  # the allocator train_grpo.py runs with
     from grpo_recipes.train import fast_paths
     from grpo_recipes.train.sampling_kl import trainer_class
     from rewards import RewardContext, build_rewards
