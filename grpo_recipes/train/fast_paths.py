@@ -129,13 +129,17 @@ def token_logprobs():
         step = max(1, CHUNK_ELEMENTS // max(1, logits[0].numel()))
         return [slice(i, i + step) for i in range(0, logits.size(0), step)]
 
+    def scaled(logits, temperature):  # a new fp32 tensor, even from fp32 logits; x / 1.0 is x, skipped
+        x = logits.to(torch.float32, copy=True)
+        return x if temperature == 1.0 else x.div_(temperature)
+
     class TokenLogProbs(torch.autograd.Function):
         @staticmethod
         def forward(ctx, logits, targets, temperature):
             lse = logits.new_empty(logits.shape[:-1], dtype=torch.float32)
             entropy = torch.empty_like(lse)
             for rows in chunks(logits):
-                logp = logits[rows].float() / temperature  # a new fp32 tensor, even from fp32 logits
+                logp = scaled(logits[rows], temperature)
                 lse[rows] = torch.logsumexp(logp, dim=-1)
                 logp.sub_(lse[rows].unsqueeze(-1))
                 entropy[rows] = -(logp.exp() * logp).sum(-1)
@@ -151,7 +155,7 @@ def token_logprobs():
             g = (grad_picked / ctx.temperature).unsqueeze(-1)
             grad = torch.empty_like(logits)
             for rows in chunks(logits):  # d picked / d logits = (one-hot(target) - softmax) / T
-                p = (logits[rows].float() / ctx.temperature).sub_(lse[rows].unsqueeze(-1)).exp_()
+                p = scaled(logits[rows], ctx.temperature).sub_(lse[rows].unsqueeze(-1)).exp_()
                 grad[rows] = p.mul_(-g[rows]).scatter_add_(-1, targets[rows].unsqueeze(-1), g[rows])
             return grad, None, None
 
