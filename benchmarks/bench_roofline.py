@@ -165,9 +165,6 @@ class PhaseClock:
 
 
 def main() -> None:
-    from grpo_recipes.models.hardware import relaunch_with_malloc_tunables
-
-    relaunch_with_malloc_tunables(entry_point=True)  # the allocator train_grpo.py runs with
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="GRPOConfig overrides")
@@ -284,4 +281,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from grpo_recipes.models.hardware import relaunch_with_malloc_tunables
+
+    relaunch_with_malloc_tunables(
+        entry_point=True
+    )  # the allocator train_grpo.py runs with (torch loads twice)
     main()

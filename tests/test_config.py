@@ -155,10 +155,11 @@ def test_hardware_rules():
 
 @pytest.mark.skipif(__import__("platform").libc_ver()[0] != "glibc", reason="glibc's malloc tunables")
 def test_a_script_starts_again_once_with_the_malloc_tunables_unless_the_user_set_them(tmp_path):
-    """train_grpo.py's first act (hardware.relaunch_with_malloc_tunables): the same command, same pid,
-    flags and arguments, now with GLIBC_TUNABLES; a user's own setting (even empty) and a process started
-    as another program (a test's forked server, a benchmark running the script) are left alone."""
+    """hardware.relaunch_with_malloc_tunables: `python [options] script ...` runs again as the same process,
+    with its flags and arguments, now with GLIBC_TUNABLES; the user's own allocator settings, and a script
+    run by another program (pdb, a test's fork server, a benchmark's runpy) or piped in, are left alone."""
     import os
+    import re
     import subprocess
     import sys
 
@@ -170,27 +171,51 @@ def test_a_script_starts_again_once_with_the_malloc_tunables_unless_the_user_set
         f"sys.path.insert(0, {str(CONFIG.parent)!r})\n"
         "from grpo_recipes.models.hardware import malloc_tuning, relaunch_with_malloc_tunables\n"
         "print('start', os.getpid(), flush=True)\n"
-        "if sys.argv[1:] == ['--as-another']:\n"
-        "    sys.argv = ['train_grpo.py']\n"
         "relaunch_with_malloc_tunables()\n"
-        "print(sys.argv[1:], sys.orig_argv[1], malloc_tuning())\n"
+        "print(sys.argv[1:], sys.orig_argv[1], malloc_tuning(), os.environ.get('GLIBC_TUNABLES'))\n"
     )
-    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("GLIBC_TUNABLES", "LD_PRELOAD", "GRPO_RECIPES_RELAUNCHED")
+    }
+    env = {k: v for k, v in env.items() if not k.startswith("MALLOC_")}
 
-    def run(*args: str, **extra: str) -> list[str]:
-        cmd = [sys.executable, "-u", str(script), *args]
-        return subprocess.run(
-            cmd, env={**env, **extra}, capture_output=True, text=True, check=True
-        ).stdout.split("\n")
+    def run(*args: str, stdin: str = "", **extra: str) -> list[str]:
+        cmd = [sys.executable, *args]
+        done = subprocess.run(
+            cmd, env={**env, **extra}, input=stdin, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout.strip().split("\n")
 
-    first, again, result, _ = run("a=1", "b")
-    assert first == again and first.startswith("start")  # started twice, the same process
-    assert result == "['a=1', 'b'] -u glibc malloc on huge pages, freed memory kept"
-    assert MALLOC_TUNABLES.startswith("glibc.malloc.hugetlb=1:")
-    _, result, _ = run("a=1", GLIBC_TUNABLES="")
-    assert result == "['a=1'] -u glibc malloc untuned (GLIBC_TUNABLES='' is set)"
-    _, result, _ = run("--as-another")
-    assert result == "[] -u glibc malloc untuned (not started as train_grpo.py on glibc)"
+    first, again, result = run("-u", "-X", "dev", str(script), "a=1", "b")
+    assert first == again and first.startswith("start")  # started twice, as the same process
+    assert result == f"['a=1', 'b'] -u glibc malloc tuned (huge pages, freed memory kept) {MALLOC_TUNABLES}"
+    untuned = (
+        "glibc malloc untuned (started another way, not on glibc, or the allocator settings are the user's)"
+    )
+    for extra in ({"GLIBC_TUNABLES": ""}, {"MALLOC_ARENA_MAX": "2"}):
+        _, result = run("-u", str(script), "a=1", **extra)
+        assert result == f"['a=1'] -u {untuned} {extra.get('GLIBC_TUNABLES')}".strip()
+    debugged = run("-u", "-m", "pdb", str(script), "x", stdin="c\nq\n")  # one start, in pdb's session
+    starts = [line for line in debugged if re.search(r"start \d+$", line)]
+    assert len(starts) == 1 and f"['x'] -u {untuned} None" in debugged
+    piped = run("-u", "-", "y", stdin=script.read_text())
+    assert len(piped) == 2 and piped[1] == f"['y'] -u {untuned} None"
+
+    # train_grpo.py does it first: its process ends (here, a mistake refused) with the tunables set
+    (tmp_path / "sitecustomize.py").write_text(
+        "import atexit, os, sys\n"
+        "show = lambda: print('GLIBC_TUNABLES', os.environ.get('GLIBC_TUNABLES'), file=sys.stderr)\n"
+        "atexit.register(show)\n"
+    )
+    cmd = [sys.executable, str(CONFIG.parent / "train_grpo.py"), "max_steps=-1"]
+    done = subprocess.run(
+        cmd, env={**env, "PYTHONPATH": str(tmp_path)}, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2 and "max_steps" in done.stderr
+    assert done.stderr.strip().endswith(f"GLIBC_TUNABLES {MALLOC_TUNABLES}"), done.stderr[-2000:]
 
 
 def test_cli_rewrites_model_paths_and_open_mappings():

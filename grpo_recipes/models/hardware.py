@@ -46,26 +46,45 @@ MALLOC_TUNABLES = (
 
 def relaunch_with_malloc_tunables(entry_point: bool = False) -> None:
     """Start this command again, once, with GLIBC_TUNABLES=MALLOC_TUNABLES: on Linux with glibc, when the
-    process was started as this script (not forked or run by another program) or the caller is its
-    `entry_point` (a benchmark's main). A GLIBC_TUNABLES of the user's own, even empty, is left as it is."""
+    process is `python [options] <this script> ...` (not forked, piped in, or run by pdb, cProfile, coverage
+    or another program) or the caller is its `entry_point` (a benchmark). The user's own allocator settings
+    (GLIBC_TUNABLES, even empty; MALLOC_*_; LD_PRELOAD) are left as they are."""
     import platform
 
-    started_as_script = entry_point or sys.orig_argv[-len(sys.argv) :] == sys.argv
-    if sys.platform != "linux" or "GLIBC_TUNABLES" in os.environ or not started_as_script:
+    if not (entry_point or _started_as_script()) or os.environ.get("GRPO_RECIPES_RELAUNCHED"):
         return
-    if platform.libc_ver()[0] != "glibc":
+    mine = "GLIBC_TUNABLES" in os.environ or "LD_PRELOAD" in os.environ
+    if mine or any(k.startswith("MALLOC_") for k in os.environ):
         return
-    os.environ["GLIBC_TUNABLES"] = MALLOC_TUNABLES
-    os.execv(sys.executable, sys.orig_argv)
+    if sys.platform != "linux" or platform.libc_ver()[0] != "glibc":
+        return
+    os.environ.update(GLIBC_TUNABLES=MALLOC_TUNABLES, GRPO_RECIPES_RELAUNCHED="1")  # once: no loop
+    try:
+        os.execv(sys.executable, sys.orig_argv)
+    except OSError:  # no interpreter to start again: go on untuned
+        del os.environ["GLIBC_TUNABLES"]
+
+
+def _started_as_script() -> bool:
+    script = len(sys.orig_argv) - len(sys.argv)
+    if script < 1 or sys.orig_argv[script:] != sys.argv or sys.argv[0] in ("", "-"):
+        return False
+    options = iter(sys.orig_argv[1:script])  # interpreter options only: no -m, -c or another program
+    for option in options:
+        if option in ("-X", "-W", "--check-hash-based-pycs"):
+            next(options, None)  # its value
+        elif not option.startswith("-") or option.startswith(("-m", "-c")):
+            return False
+    return True
 
 
 def malloc_tuning() -> str:
-    """For the run's log: whether this process runs with MALLOC_TUNABLES, and why not."""
-    value = os.environ.get("GLIBC_TUNABLES")
-    if value == MALLOC_TUNABLES:
-        return "glibc malloc on huge pages, freed memory kept"
-    why = f"GLIBC_TUNABLES={value!r} is set" if value is not None else "not started as train_grpo.py on glibc"
-    return f"glibc malloc untuned ({why})"
+    """For the run's log: whether this process asked glibc for MALLOC_TUNABLES, and why not."""
+    if os.environ.get("GLIBC_TUNABLES") == MALLOC_TUNABLES:
+        return "glibc malloc tuned (huge pages, freed memory kept)"
+    return (
+        "glibc malloc untuned (started another way, not on glibc, or the allocator settings are the user's)"
+    )
 
 
 def host_memory_bytes() -> int:
