@@ -67,7 +67,7 @@ def relaunch_with_malloc_tunables(entry_point: bool = False) -> None:
 
 def _started_as_script() -> bool:
     script = len(sys.orig_argv) - len(sys.argv)
-    if script < 1 or sys.orig_argv[script:] != sys.argv or sys.argv[0] in ("", "-"):
+    if not sys.argv or script < 1 or sys.orig_argv[script:] != sys.argv or sys.argv[0] in ("", "-"):
         return False
     options = iter(sys.orig_argv[1:script])  # interpreter options only: no -m, -c or another program
     for option in options:
