@@ -283,7 +283,6 @@ def main() -> None:
 if __name__ == "__main__":
     from grpo_recipes.models.hardware import relaunch_with_malloc_tunables
 
-    relaunch_with_malloc_tunables(
-        entry_point=True
-    )  # the allocator train_grpo.py runs with (torch loads twice)
+    # the allocator train_grpo.py runs with (torch, imported above, loads again in the new process)
+    relaunch_with_malloc_tunables(entry_point=True)
     main()

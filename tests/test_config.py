@@ -174,12 +174,8 @@ def test_a_script_starts_again_once_with_the_malloc_tunables_unless_the_user_set
         "relaunch_with_malloc_tunables()\n"
         "print(sys.argv[1:], sys.orig_argv[1], malloc_tuning(), os.environ.get('GLIBC_TUNABLES'))\n"
     )
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("GLIBC_TUNABLES", "LD_PRELOAD", "GRPO_RECIPES_RELAUNCHED")
-    }
-    env = {k: v for k, v in env.items() if not k.startswith("MALLOC_")}
+    mine = ("GLIBC_TUNABLES", "LD_PRELOAD", "GRPO_RECIPES_RELAUNCHED")
+    env = {k: v for k, v in os.environ.items() if k not in mine and not k.startswith("MALLOC_")}
 
     def run(*args: str, stdin: str = "", **extra: str) -> list[str]:
         cmd = [sys.executable, *args]

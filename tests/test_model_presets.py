@@ -121,7 +121,10 @@ def test_a_hub_id_not_in_the_cache_is_asked_of_the_hub_once_in_the_check(monkeyp
 
     from grpo_recipes.models.loading import check_model_path
 
+    asked = []
+
     def model_info(self, repo_id, timeout=None):
+        asked.append((repo_id, timeout))
         if answer == "not found":
             response = httpx2.Response(
                 404, request=httpx2.Request("GET", f"https://huggingface.co/{repo_id}")
@@ -134,10 +137,13 @@ def test_a_hub_id_not_in_the_cache_is_asked_of_the_hub_once_in_the_check(monkeyp
     monkeypatch.setattr(HfApi, "model_info", model_info)
     if expected is None:
         check_model_path("some-org/some-model", ask_hub=True)
-        return
-    with pytest.raises(ConfigError, match=r"^model.path 'some-org/some-model'") as err:
-        check_model_path("some-org/some-model", ask_hub=True)
-    assert expected in str(err.value)
+    else:
+        with pytest.raises(ConfigError, match=r"^model.path 'some-org/some-model'") as err:
+            check_model_path("some-org/some-model", ask_hub=True)
+        assert expected in str(err.value)
+    assert asked == [("some-org/some-model", 10)]  # one request, bounded
+    check_model_path("some-org/some-model")  # the job's loader does not ask again
+    assert len(asked) == 1
 
 
 def test_a_missing_run_dir_is_a_missing_path_not_a_hub_id(tmp_path, monkeypatch):

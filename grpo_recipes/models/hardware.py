@@ -53,9 +53,8 @@ def relaunch_with_malloc_tunables(entry_point: bool = False) -> None:
 
     if not (entry_point or _started_as_script()) or os.environ.get("GRPO_RECIPES_RELAUNCHED"):
         return
-    mine = "GLIBC_TUNABLES" in os.environ or "LD_PRELOAD" in os.environ
-    if mine or any(k.startswith("MALLOC_") for k in os.environ):
-        return
+    if any(k in ("GLIBC_TUNABLES", "LD_PRELOAD") or k.startswith("MALLOC_") for k in os.environ):
+        return  # the user's own allocator settings
     if sys.platform != "linux" or platform.libc_ver()[0] != "glibc":
         return
     os.environ.update(GLIBC_TUNABLES=MALLOC_TUNABLES, GRPO_RECIPES_RELAUNCHED="1")  # once: no loop
