@@ -180,7 +180,7 @@ def main() -> None:
     cfg, taskset, train, _, model, tokenizer = default_setup(eval_size=8)
     hw = detect_hardware()
     device = torch.device("cuda" if hw.gpu else "cpu")
-    model = model.to(device, dtype=torch.bfloat16 if hw.gpu and hw.bf16 else torch.float32)
+    model = model.to(device)  # fp32, as the recipe loads a full fine-tune's weights (loading.weights_dtype)
     funcs, weights = build_rewards(cfg["dataset"]["rewards"], RewardContext(taskset.score, "answer_tag"))
     grpo = build_grpo_kwargs(cfg, hw, reward_weights=weights)
     resolve_activation_checkpointing(grpo, model, hw, lora=False)

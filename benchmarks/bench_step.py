@@ -211,7 +211,7 @@ def main() -> None:
         "--model",
         choices=["embedded", "qwen2.5-0.5b-shape"],
         default="embedded",
-        help="qwen2.5-0.5b-shape: random weights in Qwen2.5-0.5B's shape (target 7; bf16 on a GPU)",
+        help="qwen2.5-0.5b-shape: random weights in Qwen2.5-0.5B's shape (target 7)",
     )
     parser.add_argument(
         "--peak-tflops",
@@ -236,8 +236,7 @@ def main() -> None:
 
     cfg, taskset, train, _, model, tokenizer = default_setup(eval_size=8)
     hw = detect_hardware()
-    # As the recipe loads a model: bf16 weights on a GPU that supports it, fp32 on a CPU.
-    dtype = torch.bfloat16 if hw.gpu and hw.bf16 else torch.float32
+    dtype = torch.float32  # as the recipe loads a full fine-tune's weights (loading.weights_dtype)
     if args.model != "embedded":
         model = qwen25_05b_shaped_model(dtype)
     if hw.gpu:

@@ -1,16 +1,19 @@
 """Where the batch sizes and vLLM memory shares of config/model/<GPU preset>.yaml come from: an estimate
-of one 80 GB GPU's memory for a full fine-tune with GRPO (no GPU was available to measure them).
+of one 80 GB GPU's memory for GRPO (no GPU was available to measure them): a full fine-tune where one
+fits, else LoRA.
 
     python -m benchmarks.gpu_memory_estimate            # every preset, the table quoted in the YAML files
 
 Model shapes are those of each model's config.json on the hub (hidden size, layers, MLP width, KV
-heads, vocabulary). The arithmetic, per GPU, everything bf16 (the model loads in bf16; AdamW keeps
-its two moments in the parameters' dtype):
-  - weights, gradients, AdamW m and v: 2 + 2 + 2 + 2 = 8 bytes per parameter (beta > 0 adds a
-    reference model: 2 more);
+heads, vocabulary). The arithmetic, per GPU, with the dtypes a run loads (grpo_recipes/models/loading.py,
+`weights_dtype`: AdamW writing into bf16 weights would round away most updates at GRPO's learning rates):
+  - a full fine-tune: fp32 weights, gradients, AdamW m and v, 4 + 4 + 4 + 4 = 16 bytes per parameter,
+    and autocast's bf16 copy of the weights while a pass runs, 2 more (beta > 0 adds a reference
+    model: 4 more); LoRA: the checkpoint's bf16 weights (2 bytes), and 18 bytes per adapter parameter;
   - activations kept for the backward pass, no activation checkpointing: per token and layer about
-    (16 h + 8 i) bytes (the inputs of the norms, q/k/v/o, gate/up/act/down that autograd keeps;
-    flash/sdpa attention keeps no seq x seq matrix);
+    (8 x 4 h + 8 i) bytes with a full fine-tune's fp32 residual stream (its norm inputs and outputs,
+    autocast's bf16 copies of the q/k/v, o and gate/up inputs, gate/up/act/down in bf16), (8 x 2 h +
+    8 i) with LoRA's bf16 one; flash/sdpa attention keeps no seq x seq matrix;
   - the logits of the completion tokens: V x (2 bytes bf16 + 4 bytes fp32 log-softmax) per token;
   - vLLM colocated (`use_vllm=true`, grpo.vllm_mode=colocate): its share of the GPU holds a second
     bf16 copy of the weights, the KV cache of one generation batch, and ~2 GB of CUDA graphs.
@@ -59,14 +62,27 @@ SHAPES = {
 GB = 1e9
 BUDGET_GB = 0.9 * GPU_GB  # a tenth kept free: allocator fragmentation, CUDA context, NCCL buffers
 BATCHES = (8, 16, 32, 64)  # completions per device micro-batch: multiples of num_generations (8)
+LORA_R = 16  # model.lora.r's default
 
 
-def estimate(shape: Shape, batch: int, share: float, checkpointing: bool = False) -> dict[str, float]:
+def lora_params(shape: Shape, r: int = LORA_R) -> int:
+    """LoRA's A and B of rank r on q, k, v, o, gate, up and down: r x (inputs + outputs) each."""
+    q, kv = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
+    h, i = shape.hidden, shape.mlp
+    return shape.layers * r * ((h + q) + 2 * (h + kv) + (q + h) + 2 * (h + i) + (i + h))
+
+
+def estimate(
+    shape: Shape, batch: int, share: float, checkpointing: bool = False, lora: bool = False
+) -> dict[str, float]:
     n = shape.params()
-    states = 8 * n / GB
-    per_layer = 16 * shape.hidden + 8 * shape.mlp  # bytes per token kept by one layer
-    if checkpointing:  # each layer keeps its input (2 h bytes); one layer at a time is recomputed whole
-        acts = batch * SEQ * (shape.layers * 2 * shape.hidden + per_layer) / GB
+    if lora:  # the checkpoint's bf16 base, frozen; fp32 adapters with their gradients and AdamW
+        states, residual = (2 * n + 18 * lora_params(shape)) / GB, 2
+    else:
+        states, residual = 18 * n / GB, 4
+    per_layer = 8 * residual * shape.hidden + 8 * shape.mlp  # bytes per token kept by one layer
+    if checkpointing:  # each layer keeps its input; one layer at a time is recomputed whole
+        acts = batch * SEQ * (shape.layers * residual * shape.hidden + per_layer) / GB
     else:
         acts = batch * SEQ * shape.layers * per_layer / GB
     logits = batch * COMPLETION * shape.vocab * 6 / GB
@@ -84,34 +100,35 @@ def estimate(shape: Shape, batch: int, share: float, checkpointing: bool = False
     }
 
 
-def choose(shape: Shape) -> tuple[int, float, bool]:
-    """vLLM's share: what it needs with a quarter to spare, rounded up to 0.05 (at least 0.1); the batch:
-    the largest of BATCHES whose total fits BUDGET_GB, without activation checkpointing (faster) when
-    one fits, else with it."""
-    needed = estimate(shape, max(BATCHES), 0.0)["vllm_needed_gb"]  # the KV cache of the largest batch
-    share = round(max(0.1, math.ceil(needed * 1.25 / GPU_GB / 0.05) * 0.05), 2)
-    for checkpointing in (False, True):
-        fitting = [b for b in BATCHES if estimate(shape, b, share, checkpointing)["total_gb"] <= BUDGET_GB]
-        if fitting:
-            return max(fitting), share, checkpointing
-    raise ValueError(f"{shape} does not fit one {GPU_GB} GB GPU with a full fine-tune: use LoRA")
+def choose(shape: Shape) -> tuple[int, float, bool, bool]:
+    """(batch, vLLM share, checkpointing, LoRA). The batch: the largest of BATCHES whose total fits
+    BUDGET_GB, a full fine-tune before LoRA, and without activation checkpointing (faster) before with it;
+    vLLM's share: what that batch needs with a quarter to spare, rounded up to 0.05 (at least 0.1)."""
+    for lora in (False, True):
+        for checkpointing in (False, True):
+            for batch in sorted(BATCHES, reverse=True):
+                needed = estimate(shape, batch, 0.0)["vllm_needed_gb"]  # weights + this batch's KV cache
+                share = round(max(0.1, math.ceil(needed * 1.25 / GPU_GB / 0.05) * 0.05), 2)
+                if estimate(shape, batch, share, checkpointing, lora)["total_gb"] <= BUDGET_GB:
+                    return batch, share, checkpointing, lora
+    raise ValueError(f"{shape} does not fit one {GPU_GB} GB GPU, even with LoRA")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.parse_args()
-    print(f"sequence {PROMPT} + {COMPLETION} tokens, one {GPU_GB} GB GPU, full fine-tune, bf16")
+    print(f"sequence {PROMPT} + {COMPLETION} tokens, one {GPU_GB} GB GPU")
     print(
-        "| preset | params | batch | checkpointing | weights+grads+Adam | activations | logits | vLLM "
-        "| total |"
+        "| preset | params | trains | batch | checkpointing | weights, grads, Adam | activations | logits "
+        "| vLLM | total |"
     )
-    print("|---|---:|---:|---|---:|---:|---:|---:|---:|")
+    print("|---|---:|---|---:|---|---:|---:|---:|---:|---:|")
     for name, shape in SHAPES.items():
-        batch, share, checkpointing = choose(shape)
-        e = estimate(shape, batch, share, checkpointing)
+        batch, share, checkpointing, lora = choose(shape)
+        e = estimate(shape, batch, share, checkpointing, lora)
         print(
-            f"| {name} | {e['params_b']:.2f} B | {batch} | {'on' if checkpointing else 'off'} "
-            f"| {e['states_gb']:.1f} GB | {e['activations_gb']:.1f} GB "
+            f"| {name} | {e['params_b']:.2f} B | {f'LoRA r={LORA_R}' if lora else 'all (fp32)'} | {batch} "
+            f"| {'on' if checkpointing else 'off'} | {e['states_gb']:.1f} GB | {e['activations_gb']:.1f} GB "
             f"| {e['logits_gb']:.1f} GB | {share} = {e['vllm_gb']:.0f} GB (needs {e['vllm_needed_gb']:.1f}) "
             f"| {e['total_gb']:.0f} GB |"
         )

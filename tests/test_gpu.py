@@ -60,20 +60,34 @@ def weights_moved(final: Path, base: Path) -> float:
     return max((p - q).abs().max().item() for p, q in zip(a.parameters(), b.parameters(), strict=True))
 
 
+def share_moved(final: Path, base: Path) -> float:
+    """The share of the weights that differ between two saved models."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    a = AutoModelForCausalLM.from_pretrained(final, dtype=torch.float32)
+    b = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    pairs = list(zip(a.parameters(), b.parameters(), strict=True))
+    return sum(int((p != q).sum()) for p, q in pairs) / sum(p.numel() for p, _ in pairs)
+
+
 def embedded_dir() -> Path:
     from grpo_recipes.models.loading import ensure_embedded
 
     return ensure_embedded("smollm2-135m-instruct")
 
 
-def test_bf16_full_training_of_the_embedded_model(tmp_path):
+def test_full_training_of_the_embedded_model_keeps_fp32_weights_that_every_step_moves(tmp_path):
+    """bf16 compute under autocast; AdamW updates fp32 weights (in bf16 it would lose 98 % of them)."""
     proc = run_train(*SHORT, f"output_root={tmp_path}", "run_name=bf16")
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp_path / "bf16"
-    assert "cuda x1, single process" in (run / "train.log").read_text()
-    assert "bfloat16" in (run / "train.log").read_text()  # the model's dtype, in the run's description
+    log = (run / "train.log").read_text()
+    assert "cuda x1, single process" in log and "parameters, float32)" in log  # the run's description
+    assert "trains the bfloat16 weights in place" not in log
     trained_as_asked(run)
     assert weights_moved(run / "final", embedded_dir()) > 0
+    assert share_moved(run / "final", embedded_dir()) > 0.9
 
 
 @pytest.mark.parametrize("quantize", [None, "4bit"])

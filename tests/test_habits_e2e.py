@@ -92,6 +92,7 @@ def test_a_users_run_with_trl_names_trackio_and_samples(tmp_path):
         "experiment=mine",
         "model_name_or_path=tiny-random",  # TRL's name
         "num_generations=4",  # a GRPOConfig field at the top level
+        "torch_dtype=bfloat16",  # a GPU script's habit: AdamW then updates bf16 weights in place (a warning)
         "report_to=trackio",  # -> logger=trackio
         "log_samples_every=1",
         f"output_root={tmp_path}",
@@ -107,6 +108,9 @@ def test_a_users_run_with_trl_names_trackio_and_samples(tmp_path):
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     assert cfg["dataset"]["name"] == "my_sums" and cfg["grpo"]["num_generations"] == 4
     assert cfg["model"]["path"] == "tiny-random" and cfg["report_to"] == "trackio"
+    log = (run / "train.log").read_text()
+    assert "parameters, bfloat16)" in log  # as asked, and told once what it costs
+    assert log.count("model.dtype=bfloat16 trains the bfloat16 weights in place: even a full AdamW step") == 1
     # samples.jsonl: what the model wrote at each step, with each reward and the answer read
     samples = read_jsonl(run / "samples.jsonl")
     assert sorted({s["step"] for s in samples}) == [1, 2]

@@ -53,6 +53,18 @@ def test_preset_composes_with_its_hub_id_and_gpu_settings(preset):
     assert composed(preset, "experiment=gsm8k")["grpo"]["per_device_train_batch_size"] == 8
 
 
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_preset_batch_share_and_lora_are_what_the_memory_estimate_chooses(preset):
+    from benchmarks.gpu_memory_estimate import SHAPES, choose
+
+    batch, share, checkpointing, lora = choose(SHAPES[preset])
+    cfg = composed(preset)
+    assert cfg["grpo"]["per_device_train_batch_size"] == batch
+    assert cfg["grpo"]["vllm_gpu_memory_utilization"] == share
+    assert cfg["grpo"]["activation_checkpointing"] is checkpointing
+    assert cfg["model"]["lora"]["enabled"] is lora
+
+
 # peft 0.21.2 calls transformers 5.23's deprecated is_gradient_checkpointing when it wraps a model
 @pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing.*:FutureWarning")
 @pytest.mark.parametrize("preset", sorted(PRESETS))
@@ -173,3 +185,63 @@ def test_when_the_hub_cannot_be_reached_loading_says_what_to_do(monkeypatch):
     message = str(err.value)
     assert "the hub could not be reached (We couldn't connect to 'https://huggingface.co'" in message
     assert "hf download meta-llama/Llama-3.2-1B-Instruct" in message and "gated" in message
+
+
+# `model.dtype: auto` (grpo_recipes/models/loading.py): the weights a run trains stay fp32 (TRL's own default)
+# unless LoRA or DeepSpeed keeps an fp32 copy of them; bf16 only then, and only on a GPU that has it.
+@pytest.mark.parametrize(
+    "gpu, bf16, overrides, deepspeed, expected",
+    [
+        (False, False, [], False, "float32"),
+        (False, False, ["model.lora.enabled=true"], True, "float32"),  # a CPU: fp32 always
+        (True, True, [], False, "float32"),  # a full fine-tune on a GPU: AdamW updates fp32 weights
+        (True, True, ["model.lora.enabled=true"], False, "bfloat16"),  # PEFT's adapters are fp32
+        (True, True, [], True, "bfloat16"),  # DeepSpeed's master weights are fp32
+        (True, False, ["model.lora.enabled=true"], False, "float32"),  # a GPU without bf16
+        (True, True, ["model.dtype=fp16"], False, "float16"),  # asked for: as asked
+        (False, False, ["model.dtype=bf16"], False, "bfloat16"),
+    ],
+)
+def test_auto_loads_bf16_weights_only_where_lora_or_deepspeed_keeps_them_in_fp32(
+    monkeypatch, gpu, bf16, overrides, deepspeed, expected
+):
+    import torch
+
+    from grpo_recipes.models.loading import weights_dtype
+
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: bf16)
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true" if deepspeed else "false")
+    assert weights_dtype(composed("qwen2_5_0_5b", *overrides)["model"], on_gpu=gpu) == expected
+
+
+def test_a_half_precision_full_fine_tune_warns_with_the_share_of_weights_adamw_cannot_move(monkeypatch):
+    """The warning's share is what AdamW does: after one step (each weight moves by exactly the learning
+    rate) the bf16 weights it names are the ones left unchanged."""
+    import torch
+
+    from grpo_recipes.models.loading import half_precision_warning
+
+    monkeypatch.delenv("ACCELERATE_USE_DEEPSPEED", raising=False)
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(256, 256, bias=False, dtype=torch.bfloat16)
+    with torch.no_grad():
+        layer.weight.copy_(torch.randn(256, 256) * 0.004)  # spread around the bound at this learning rate
+        layer.weight[0, :8] = 0.0  # a zero weight always moves
+    before = layer.weight.detach().clone()
+    layer.weight.grad = torch.randn_like(layer.weight)
+    torch.optim.AdamW([layer.weight], lr=1e-5, weight_decay=0.0).step()
+    unchanged = (layer.weight.detach() == before).float().mean().item()
+    assert 0.2 < unchanged < 0.8  # a share the warning must get right, not 0 % or 100 %
+
+    model_cfg = composed("qwen2_5_0_5b", "model.dtype=bf16")["model"]
+    with torch.no_grad():
+        layer.weight.copy_(before)
+    warning = half_precision_warning(layer, model_cfg, learning_rate=1e-5)
+    assert warning.startswith("model.dtype=bf16 trains the bfloat16 weights in place")
+    assert f"rounds away on {unchanged:.0%} of them" in warning and "model.dtype=auto" in warning
+
+    assert half_precision_warning(layer.float(), model_cfg, 1e-5) is None  # fp32 weights
+    lora = composed("qwen2_5_0_5b", "model.dtype=bf16", "model.lora.enabled=true")["model"]
+    assert half_precision_warning(layer.bfloat16(), lora, 1e-5) is None  # PEFT's adapters are fp32
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    assert half_precision_warning(layer, model_cfg, 1e-5) is None  # DeepSpeed's master weights

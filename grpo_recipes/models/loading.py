@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import math
 import os
 import shutil
 from collections.abc import Callable
@@ -212,6 +213,51 @@ def quantization_config(lora: dict[str, Any], on_gpu: bool):
     )
 
 
+def fp32_copy_elsewhere(model_cfg: dict[str, Any], env=os.environ) -> str | None:
+    """What keeps the trained weights in fp32 when the model's own are bf16: PEFT's LoRA adapters (fp32 by
+    default) or DeepSpeed's master weights (`accelerate launch` with config/accelerate/zero*.yaml)."""
+    if model_cfg["lora"]["enabled"]:
+        return "LoRA"
+    return "DeepSpeed" if env.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true" else None
+
+
+def weights_dtype(model_cfg: dict[str, Any], on_gpu: bool) -> str:
+    """`model.dtype` as a torch dtype name. `auto`: the checkpoint's bf16 on a GPU that has it, where LoRA or
+    DeepSpeed keeps the trained weights in fp32; fp32 otherwise (TRL's own default), computing in bf16 under
+    `bf16=true` autocast. AdamW writing into bf16 weights would round away any update under half a bf16 step
+    (1/512 of the weight): at GRPO's learning rates, most of them (half_precision_warning)."""
+    import torch
+
+    dtype = model_cfg["dtype"]
+    if dtype == "auto":
+        bf16 = on_gpu and torch.cuda.is_bf16_supported() and fp32_copy_elsewhere(model_cfg)
+        return "bfloat16" if bf16 else "float32"
+    return DTYPES.get(dtype, dtype)  # a name config/knobs.py accepts
+
+
+def half_precision_warning(model, model_cfg: dict[str, Any], learning_rate: float) -> str | None:
+    """One line when AdamW will update half-precision weights in place (nothing else keeps them in fp32):
+    the share of the trained weights that an update of `learning_rate` (Adam's step size) cannot move."""
+    import torch
+
+    trained = [p for p in model.parameters() if p.requires_grad]
+    dtype = trained[0].dtype if trained else torch.float32
+    if dtype not in (torch.bfloat16, torch.float16) or fp32_copy_elsewhere(model_cfg):
+        return None
+    # w = m * 2^e with m in [0.5, 1) moves only by more than half a step of eps * 2^(e - 1)
+    limit = math.log2(learning_rate / torch.finfo(dtype).eps) + 2
+    stuck = 0
+    for p in trained:
+        weights = p.detach().float()
+        stuck += int(((torch.frexp(weights).exponent > limit) & (weights != 0)).sum())
+    share = stuck / sum(p.numel() for p in trained)
+    return (
+        f"model.dtype={model_cfg['dtype']} trains the {str(dtype)[6:]} weights in place: even a full AdamW "
+        f"step of learning_rate={learning_rate:g} rounds away on {share:.0%} of them; model.dtype=auto keeps "
+        "fp32 weights and computes in bf16 (LoRA and DeepSpeed keep an fp32 copy of their own)"
+    )
+
+
 def load_model_and_tokenizer(
     model_cfg: dict[str, Any], on_gpu: bool, seed: int = 0, tools: bool | str = False
 ):
@@ -220,11 +266,9 @@ def load_model_and_tokenizer(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path, dtype = model_cfg["path"], model_cfg["dtype"]
+    path = model_cfg["path"]
     check_model_path(path)
-    if dtype == "auto":
-        dtype = "bf16" if on_gpu and torch.cuda.is_bf16_supported() else "fp32"
-    kwargs = {"dtype": getattr(torch, DTYPES.get(dtype, dtype))}  # a name config/knobs.py accepts
+    kwargs = {"dtype": getattr(torch, weights_dtype(model_cfg, on_gpu))}
     if model_cfg["attn_implementation"]:
         kwargs["attn_implementation"] = model_cfg["attn_implementation"]
     kwargs["quantization_config"] = quantization_config(model_cfg["lora"], on_gpu)  # None: from_pretrained's

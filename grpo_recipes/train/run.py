@@ -20,6 +20,7 @@ from grpo_recipes.config import resume
 from grpo_recipes.config.checks import check_config
 from grpo_recipes.config.trainer_args import checked_here
 from grpo_recipes.models.hardware import malloc_tuning
+from grpo_recipes.models.loading import half_precision_warning
 from grpo_recipes.outputs.logs import append_metrics, load_evals, setup_console
 from grpo_recipes.train.assemble import Setup, assemble
 from grpo_recipes.train.stopping import Interrupted, crashed, full_disk, stopped, trim_metrics_after
@@ -109,6 +110,8 @@ def eval_only(cfg: dict[str, Any], run_dir: Path, s: Setup) -> float:
 def _train(cfg: dict[str, Any], run_dir: Path, s: Setup, training: Training) -> float:
     trainer, stop = training.trainer, training.stop
     describe(cfg, run_dir, s, trainer.accelerator)
+    if warning := half_precision_warning(s.model, cfg["model"], cfg["learning_rate"]):
+        log.warning(warning)
     if (lora := s.peft_config) is not None:
         targets = lora.target_modules if isinstance(lora.target_modules, str) else sorted(lora.target_modules)
         log.info("LoRA r=%d alpha=%d on %s", lora.r, lora.lora_alpha, targets)
