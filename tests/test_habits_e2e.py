@@ -110,7 +110,7 @@ def test_a_users_run_with_trl_names_trackio_and_samples(tmp_path):
     assert cfg["model"]["path"] == "tiny-random" and cfg["report_to"] == "trackio"
     log = (run / "train.log").read_text()
     assert "parameters, bfloat16)" in log  # as asked, and told once what it costs
-    assert log.count("model.dtype=bfloat16 trains the bfloat16 weights in place: even a full AdamW step") == 1
+    assert log.count("model.dtype=bfloat16: AdamW trains the bfloat16 weights in place, and even a full") == 1
     # samples.jsonl: what the model wrote at each step, with each reward and the answer read
     samples = read_jsonl(run / "samples.jsonl")
     assert sorted({s["step"] for s in samples}) == [1, 2]

@@ -188,60 +188,129 @@ def test_when_the_hub_cannot_be_reached_loading_says_what_to_do(monkeypatch):
 
 
 # `model.dtype: auto` (grpo_recipes/models/loading.py): the weights a run trains stay fp32 (TRL's own default)
-# unless LoRA or DeepSpeed keeps an fp32 copy of them; bf16 only then, and only on a GPU that has it.
+# unless LoRA, DeepSpeed or FSDP keeps an fp32 copy of them; bf16 only then, and only on a GPU that has it.
 @pytest.mark.parametrize(
-    "gpu, bf16, overrides, deepspeed, expected",
+    "gpu, bf16, overrides, engine, expected",
     [
-        (False, False, [], False, "float32"),
-        (False, False, ["model.lora.enabled=true"], True, "float32"),  # a CPU: fp32 always
-        (True, True, [], False, "float32"),  # a full fine-tune on a GPU: AdamW updates fp32 weights
-        (True, True, ["model.lora.enabled=true"], False, "bfloat16"),  # PEFT's adapters are fp32
-        (True, True, [], True, "bfloat16"),  # DeepSpeed's master weights are fp32
-        (True, False, ["model.lora.enabled=true"], False, "float32"),  # a GPU without bf16
-        (True, True, ["model.dtype=fp16"], False, "float16"),  # asked for: as asked
-        (False, False, ["model.dtype=bf16"], False, "bfloat16"),
+        (False, False, [], None, "float32"),
+        (False, False, ["model.lora.enabled=true"], "DEEPSPEED", "float32"),  # a CPU: fp32 always
+        (True, True, [], None, "float32"),  # a full fine-tune on a GPU: AdamW updates fp32 weights
+        (True, True, ["model.lora.enabled=true"], None, "bfloat16"),  # PEFT's adapters are fp32
+        (True, True, [], "DEEPSPEED", "bfloat16"),  # DeepSpeed's master weights are fp32
+        (True, True, [], "FSDP", "bfloat16"),  # accelerate upcasts what FSDP trains to fp32
+        (True, False, ["model.lora.enabled=true"], None, "float32"),  # a GPU without bf16
+        (True, True, ["model.dtype=fp16"], None, "float16"),  # asked for: as asked
+        (False, False, ["model.dtype=bf16"], None, "bfloat16"),
     ],
 )
-def test_auto_loads_bf16_weights_only_where_lora_or_deepspeed_keeps_them_in_fp32(
-    monkeypatch, gpu, bf16, overrides, deepspeed, expected
+def test_auto_loads_bf16_weights_only_where_something_keeps_the_trained_ones_in_fp32(
+    monkeypatch, gpu, bf16, overrides, engine, expected
 ):
     import torch
 
     from grpo_recipes.models.loading import weights_dtype
 
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: bf16)
-    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true" if deepspeed else "false")
+    for name in ("DEEPSPEED", "FSDP"):
+        monkeypatch.setenv(f"ACCELERATE_USE_{name}", "true" if engine == name else "false")
     assert weights_dtype(composed("qwen2_5_0_5b", *overrides)["model"], on_gpu=gpu) == expected
 
 
+def bf16_layer_and_one_adamw_step(lr: float):
+    """A bf16 layer whose weights straddle the bound at `lr`, and the share one AdamW step (each weight moves
+    by exactly lr) leaves unchanged."""
+    import torch
+
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(256, 256, bias=False, dtype=torch.bfloat16)
+    with torch.no_grad():
+        layer.weight.copy_(torch.randn(256, 256) * 0.004)
+        layer.weight[0, :8] = 0.0  # a zero weight always moves
+    trained = torch.nn.Parameter(layer.weight.detach().clone())
+    trained.grad = torch.randn_like(trained)
+    torch.optim.AdamW([trained], lr=lr, weight_decay=0.0).step()
+    return layer, (trained.detach() == layer.weight.detach()).float().mean().item()
+
+
 def test_a_half_precision_full_fine_tune_warns_with_the_share_of_weights_adamw_cannot_move(monkeypatch):
-    """The warning's share is what AdamW does: after one step (each weight moves by exactly the learning
-    rate) the bf16 weights it names are the ones left unchanged."""
+    """The warning's share is what AdamW does: after one step, the bf16 weights it counts are the ones left
+    unchanged."""
     import torch
 
     from grpo_recipes.models.loading import half_precision_warning
 
-    monkeypatch.delenv("ACCELERATE_USE_DEEPSPEED", raising=False)
-    torch.manual_seed(0)
-    layer = torch.nn.Linear(256, 256, bias=False, dtype=torch.bfloat16)
-    with torch.no_grad():
-        layer.weight.copy_(torch.randn(256, 256) * 0.004)  # spread around the bound at this learning rate
-        layer.weight[0, :8] = 0.0  # a zero weight always moves
-    before = layer.weight.detach().clone()
-    layer.weight.grad = torch.randn_like(layer.weight)
-    torch.optim.AdamW([layer.weight], lr=1e-5, weight_decay=0.0).step()
-    unchanged = (layer.weight.detach() == before).float().mean().item()
+    for name in ("DEEPSPEED", "FSDP"):
+        monkeypatch.delenv(f"ACCELERATE_USE_{name}", raising=False)
+    layer, unchanged = bf16_layer_and_one_adamw_step(1e-5)
     assert 0.2 < unchanged < 0.8  # a share the warning must get right, not 0 % or 100 %
-
     model_cfg = composed("qwen2_5_0_5b", "model.dtype=bf16")["model"]
-    with torch.no_grad():
-        layer.weight.copy_(before)
     warning = half_precision_warning(layer, model_cfg, learning_rate=1e-5)
-    assert warning.startswith("model.dtype=bf16 trains the bfloat16 weights in place")
-    assert f"rounds away on {unchanged:.0%} of them" in warning and "model.dtype=auto" in warning
-
-    assert half_precision_warning(layer.float(), model_cfg, 1e-5) is None  # fp32 weights
-    lora = composed("qwen2_5_0_5b", "model.dtype=bf16", "model.lora.enabled=true")["model"]
-    assert half_precision_warning(layer.bfloat16(), lora, 1e-5) is None  # PEFT's adapters are fp32
+    assert warning == (
+        "model.dtype=bf16: AdamW trains the bfloat16 weights in place, and even a full step of "
+        f"learning_rate=1e-05 rounds away on {unchanged:.0%} of the trained weights; model.dtype=auto keeps "
+        "fp32 weights and computes in bf16"
+    )
+    fp32 = torch.nn.Linear(256, 256, bias=False)
+    assert half_precision_warning(fp32, model_cfg, 1e-5) is None  # fp32 weights (plain LoRA's adapters too)
+    frozen = torch.nn.Linear(256, 256, bias=False, dtype=torch.bfloat16).requires_grad_(False)
+    assert half_precision_warning(torch.nn.Sequential(frozen, fp32), model_cfg, 1e-5) is None  # LoRA's base
     monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
     assert half_precision_warning(layer, model_cfg, 1e-5) is None  # DeepSpeed's master weights
+
+
+def test_qloras_bf16_adapters_get_the_warning_with_their_share(monkeypatch):
+    """TRL casts QLoRA's trainable adapters to bf16; the share counts all trained weights."""
+    import torch
+
+    from grpo_recipes.models.loading import half_precision_warning
+
+    for name in ("DEEPSPEED", "FSDP"):
+        monkeypatch.delenv(f"ACCELERATE_USE_{name}", raising=False)
+    adapter, unchanged = bf16_layer_and_one_adamw_step(1e-5)
+    base = torch.nn.Linear(256, 256, bias=False, dtype=torch.bfloat16).requires_grad_(False)
+    lora_b = torch.nn.Linear(256, 256, bias=False, dtype=torch.bfloat16)
+    torch.nn.init.zeros_(lora_b.weight)  # LoRA's B starts at zero: every update moves it
+    qlora = composed("qwen2_5_0_5b", "model.lora.enabled=true", "model.lora.quantize=4bit")["model"]
+    warning = half_precision_warning(torch.nn.Sequential(base, adapter, lora_b), qlora, 1e-5)
+    assert warning.startswith("model.lora.quantize=4bit: AdamW trains the bfloat16 LoRA adapters in place")
+    assert f"rounds away on {unchanged / 2:.0%} of the trained weights" in warning
+    assert "a LoRA learning rate (1e-4 or more)" in warning
+
+
+def test_continuous_batching_is_refused_where_trl_would_cast_fp32_weights_to_bf16(monkeypatch):
+    from types import SimpleNamespace
+
+    from grpo_recipes.models.loading import check_generation_cast
+
+    monkeypatch.delenv("ACCELERATE_USE_DEEPSPEED", raising=False)
+    monkeypatch.delenv("ACCELERATE_USE_FSDP", raising=False)
+    full, lora = (composed("qwen2_5_0_5b", *o)["model"] for o in ([], ["model.lora.enabled=true"]))
+    on = SimpleNamespace(use_transformers_continuous_batching=True, bf16=True, fp16=False)
+    with pytest.raises(ConfigError, match=r"^grpo.use_transformers_continuous_batching=true: TRL casts"):
+        check_generation_cast(full, on)
+    check_generation_cast(lora, on)  # PEFT's fp32 adapters are not cast: TRL's own QLoRA case aside
+    check_generation_cast(
+        full, SimpleNamespace(use_transformers_continuous_batching=True, bf16=False, fp16=False)
+    )
+    check_generation_cast(
+        full, SimpleNamespace(use_transformers_continuous_batching=False, bf16=True, fp16=False)
+    )
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    check_generation_cast(full, on)
+
+
+@pytest.mark.parametrize("gpu", [True, False])
+def test_the_reference_model_stays_bf16_on_a_gpu_when_the_policy_trains_fp32_weights(gpu):
+    from types import SimpleNamespace
+
+    import torch
+
+    from grpo_recipes.models.loading import reference_in_bf16
+    from grpo_recipes.models.tiny import tiny_model, tiny_tokenizer
+
+    trainer = SimpleNamespace(ref_model=tiny_model(tiny_tokenizer()), args=SimpleNamespace(bf16=True))
+    reference_in_bf16(trainer, gpu=gpu)
+    assert trainer.ref_model.dtype == (torch.bfloat16 if gpu else torch.float32)  # a CPU: as it was
+    wrapped = SimpleNamespace(ref_model=torch.nn.Linear(2, 2), args=SimpleNamespace(bf16=True))
+    reference_in_bf16(wrapped, gpu=True)  # an engine's wrapper (DeepSpeed, FSDP): left alone
+    assert wrapped.ref_model.weight.dtype == torch.float32

@@ -92,6 +92,9 @@ def check_trainer_config(cfg: dict[str, Any], reward_weights: list[float]) -> No
     hw = detect_hardware()
     grpo = build_grpo_kwargs(cfg, hw, reward_weights)
     args = build_grpo_config(grpo)
+    from grpo_recipes.models.loading import check_generation_cast
+
+    check_generation_cast(cfg["model"], args)
     prompts = args.generation_batch_size // args.num_generations  # TRL's sampler drops a partial batch
     if cfg["dataset"]["train_size"] < prompts:
         raise ConfigError(

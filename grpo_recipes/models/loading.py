@@ -213,49 +213,83 @@ def quantization_config(lora: dict[str, Any], on_gpu: bool):
     )
 
 
-def fp32_copy_elsewhere(model_cfg: dict[str, Any], env=os.environ) -> str | None:
-    """What keeps the trained weights in fp32 when the model's own are bf16: PEFT's LoRA adapters (fp32 by
-    default) or DeepSpeed's master weights (`accelerate launch` with config/accelerate/zero*.yaml)."""
-    if model_cfg["lora"]["enabled"]:
-        return "LoRA"
-    return "DeepSpeed" if env.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true" else None
+def engine_keeps_fp32(env=os.environ) -> str | None:
+    """The engine `accelerate launch` runs (config/accelerate/) that holds the trained weights in fp32 itself:
+    DeepSpeed (fp32 master weights) or FSDP (accelerate upcasts the weights it trains when it shards them)."""
+    for engine in ("DeepSpeed", "FSDP"):
+        if env.get(f"ACCELERATE_USE_{engine.upper()}", "").lower() in ("1", "true", "yes"):
+            return engine
+    return None
 
 
 def weights_dtype(model_cfg: dict[str, Any], on_gpu: bool) -> str:
-    """`model.dtype` as a torch dtype name. `auto`: the checkpoint's bf16 on a GPU that has it, where LoRA or
-    DeepSpeed keeps the trained weights in fp32; fp32 otherwise (TRL's own default), computing in bf16 under
-    `bf16=true` autocast. AdamW writing into bf16 weights would round away any update under half a bf16 step
-    (1/512 of the weight): at GRPO's learning rates, most of them (half_precision_warning)."""
+    """`model.dtype` as a torch dtype name. `auto`: the checkpoint's bf16 on a GPU that has it, where LoRA
+    (PEFT's fp32 adapters), DeepSpeed or FSDP keeps the trained weights in fp32; fp32 otherwise (TRL's own
+    default), computing in bf16 under `bf16=true` autocast. AdamW writing into bf16 weights would round away
+    any update under half a bf16 step (1/512 of the weight): at GRPO's learning rates, most of them."""
     import torch
 
     dtype = model_cfg["dtype"]
     if dtype == "auto":
-        bf16 = on_gpu and torch.cuda.is_bf16_supported() and fp32_copy_elsewhere(model_cfg)
-        return "bfloat16" if bf16 else "float32"
+        elsewhere = model_cfg["lora"]["enabled"] or engine_keeps_fp32()
+        return "bfloat16" if on_gpu and torch.cuda.is_bf16_supported() and elsewhere else "float32"
     return DTYPES.get(dtype, dtype)  # a name config/knobs.py accepts
 
 
 def half_precision_warning(model, model_cfg: dict[str, Any], learning_rate: float) -> str | None:
-    """One line when AdamW will update half-precision weights in place (nothing else keeps them in fp32):
-    the share of the trained weights that an update of `learning_rate` (Adam's step size) cannot move."""
+    """One line when AdamW will update half-precision weights in place (a full fine-tune asked for bf16, or
+    QLoRA's adapters, which TRL casts to bf16): the share of the trained weights that even a full step of
+    `learning_rate` (Adam's largest, its first) cannot move. None under an engine that keeps fp32 weights."""
     import torch
 
     trained = [p for p in model.parameters() if p.requires_grad]
-    dtype = trained[0].dtype if trained else torch.float32
-    if dtype not in (torch.bfloat16, torch.float16) or fp32_copy_elsewhere(model_cfg):
+    half = [p for p in trained if p.dtype in (torch.bfloat16, torch.float16)]
+    if not half or engine_keeps_fp32():
         return None
-    # w = m * 2^e with m in [0.5, 1) moves only by more than half a step of eps * 2^(e - 1)
-    limit = math.log2(learning_rate / torch.finfo(dtype).eps) + 2
     stuck = 0
-    for p in trained:
-        weights = p.detach().float()
-        stuck += int(((torch.frexp(weights).exponent > limit) & (weights != 0)).sum())
+    for p in half:
+        # a step of lr is lost on |w| in [2^(e-1), 2^e) when under half its spacing, eps * 2^(e-2): so on
+        # every |w| >= 2^floor(log2(lr / eps) + 2)
+        bound = 2.0 ** math.floor(math.log2(learning_rate / torch.finfo(p.dtype).eps) + 2)
+        stuck += sum(int((chunk.abs() >= bound).sum()) for chunk in p.detach().reshape(-1).split(1 << 24))
     share = stuck / sum(p.numel() for p in trained)
+    dtypes = " and ".join(sorted({str(p.dtype)[6:] for p in half}))
+    if model_cfg["lora"]["enabled"]:  # QLoRA (plain LoRA's adapters are fp32)
+        key, what = f"model.lora.quantize={model_cfg['lora']['quantize']}", f"the {dtypes} LoRA adapters"
+        fix = "TRL casts QLoRA's adapters to bf16; a LoRA learning rate (1e-4 or more) moves more of them"
+    else:
+        key, what = f"model.dtype={model_cfg['dtype']}", f"the {dtypes} weights"
+        fix = "model.dtype=auto keeps fp32 weights and computes in bf16"
     return (
-        f"model.dtype={model_cfg['dtype']} trains the {str(dtype)[6:]} weights in place: even a full AdamW "
-        f"step of learning_rate={learning_rate:g} rounds away on {share:.0%} of them; model.dtype=auto keeps "
-        "fp32 weights and computes in bf16 (LoRA and DeepSpeed keep an fp32 copy of their own)"
+        f"{key}: AdamW trains {what} in place, and even a full step of learning_rate={learning_rate:g} "
+        f"rounds away on {share:.0%} of the trained weights; {fix}"
     )
+
+
+def reference_in_bf16(trainer, gpu: bool) -> None:
+    """TRL builds the reference model (beta > 0) in the policy's dtype: fp32 when the policy trains fp32
+    weights. It never trains, so on a GPU computing in bf16 it is kept in bf16, as before the policy's
+    weights became fp32: half the memory, the checkpoint's own values (hub checkpoints are bf16). Left as
+    it is on a CPU, and where DeepSpeed or FSDP wrapped it."""
+    import torch
+    from transformers import PreTrainedModel
+
+    ref = trainer.ref_model
+    if gpu and trainer.args.bf16 and isinstance(ref, PreTrainedModel) and ref.dtype == torch.float32:
+        ref.to(torch.bfloat16)
+
+
+def check_generation_cast(model_cfg: dict[str, Any], args) -> None:
+    """TRL 1.16 casts the model to bf16 (fp16) in place before generating with transformers' continuous
+    batching: weights kept in fp32 to be trained would then train in half precision."""
+    if not (args.use_transformers_continuous_batching and (args.bf16 or args.fp16)):
+        return
+    if not model_cfg["lora"]["enabled"] and engine_keeps_fp32() is None:
+        raise ConfigError(
+            "grpo.use_transformers_continuous_batching=true: TRL casts the model to bf16 in place to "
+            "generate that way, and AdamW would then lose most updates of this full fine-tune's weights; use "
+            "it with LoRA (model.lora.enabled=true) or DeepSpeed, or generate with vLLM (use_vllm=true)"
+        )
 
 
 def load_model_and_tokenizer(
