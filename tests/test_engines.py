@@ -177,6 +177,42 @@ def test_hf_generator_matches_transformers_generate_bit_for_bit(tiny):
     assert [len(group) for group in sampled] == [2, 2] and all(len(ids) <= 5 for g in sampled for ids in g)
 
 
+def test_hf_generator_ignores_the_models_own_decoding_defaults(tiny):
+    """A hub model's generation_config.json (Qwen2.5: repetition_penalty 1.05, top_k 20, top_p 0.8) and
+    transformers' top_k 50 do not reach the eval: greedy is argmax, sampling the temperature alone, as TRL
+    samples in training and vLLM in the eval."""
+    import copy
+
+    from grpo_recipes.evaluation.generation import HFGenerator
+
+    model, tokenizer = tiny
+    prompts = ["12+3=", "abc", "a much longer prompt than the others"]
+    plain = copy.deepcopy(model)
+    opinionated = copy.deepcopy(model)
+    opinionated.generation_config.repetition_penalty = 5.0  # changes the tiny model's greedy text
+    opinionated.generation_config.top_k = 1  # would make sampling greedy
+    penalised = copy.deepcopy(plain)
+    penalised.generation_config.repetition_penalty = 5.0
+
+    def greedy(m):
+        return HFGenerator(m, tokenizer, batch_size=8).generate(prompts, 1, None, 12)
+
+    def sampled(m):
+        torch.manual_seed(0)
+        return HFGenerator(m, tokenizer, batch_size=8).generate(prompts, 4, 1.0, 12)
+
+    assert greedy(opinionated) == greedy(plain)
+    assert sampled(opinionated) == sampled(plain)
+    assert len({tuple(ids) for group in sampled(plain) for ids in group}) > 3  # it does sample
+    # the settings do change these outputs when generate is left to take them
+    with torch.no_grad():
+        enc = tokenizer(
+            prompts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False
+        )
+        kwargs = {"max_new_tokens": 12, "do_sample": False, "pad_token_id": tokenizer.pad_token_id}
+        assert not torch.equal(penalised.generate(**enc, **kwargs), plain.generate(**enc, **kwargs))
+
+
 def test_vllm_server_generator_syncs_once_and_keeps_the_order(tiny):
     """Server mode on one process: the main process's client generates every rank's prompts (here one
     rank), after one weight sync per eval; greedy is vLLM's temperature 0."""

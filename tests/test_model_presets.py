@@ -314,3 +314,38 @@ def test_the_reference_model_stays_bf16_on_a_gpu_when_the_policy_trains_fp32_wei
     wrapped = SimpleNamespace(ref_model=torch.nn.Linear(2, 2), args=SimpleNamespace(bf16=True))
     reference_in_bf16(wrapped, gpu=True)  # an engine's wrapper (DeepSpeed, FSDP): left alone
     assert wrapped.ref_model.weight.dtype == torch.float32
+
+
+def test_vllms_context_is_the_longest_prompt_as_trl_renders_it_plus_the_completion_budget():
+    """Unset, vLLM would size its KV cache for the model's whole context (40,960 tokens for Qwen3-1.7B)."""
+    from transformers import AutoTokenizer
+
+    from grpo_common.templates import load_chat_template
+    from grpo_recipes.models.loading import ensure_embedded
+    from grpo_recipes.train.assemble import vllm_context_length
+
+    tokenizer = AutoTokenizer.from_pretrained(str(ensure_embedded("smollm2-135m-instruct")))
+    tokenizer.chat_template = load_chat_template("trl:qwen2_5")  # the template a tool run gives it
+    short = [{"role": "user", "content": "2 + 2?"}]
+    long = [{"role": "system", "content": "Think step by step. " * 20}, {"role": "user", "content": "7 * 6?"}]
+
+    def rendered(messages, tools=None):
+        return len(
+            tokenizer.apply_chat_template(
+                messages, tools=tools, add_generation_prompt=True, return_dict=True
+            )["input_ids"]
+        )
+
+    def add(a: int, b: int) -> int:
+        """Add two numbers.
+
+        Args:
+            a: the first
+            b: the second
+        """
+        return a + b
+
+    assert vllm_context_length(tokenizer, [short, long], (), 64, 8192) == rendered(long) + 64
+    with_tool = vllm_context_length(tokenizer, [short, long], (add,), 64, 8192)
+    assert with_tool == rendered(long, [add]) + 64 > rendered(long) + 64  # the tool schemas count
+    assert vllm_context_length(tokenizer, [short, long], (), 64, 100) == 100  # at most the model's own

@@ -206,6 +206,7 @@ def test_stop_on_signal_then_resume(signum, tmp_path):
 
 @pytest.mark.slow
 def test_lora_run_on_the_embedded_model_trains_and_saves_only_the_adapter(tmp_path):
+    import torch
     from safetensors.torch import load_file
 
     # a length reward always differs within a group, so every step has a gradient
@@ -241,3 +242,11 @@ def test_lora_run_on_the_embedded_model_trains_and_saves_only_the_adapter(tmp_pa
     assert (run / "final-merged/model.safetensors").is_file()
     base_cfg = json.loads((run / "final/adapter_config.json").read_text())
     assert Path(base_cfg["base_model_name_or_path"]).is_dir()
+    # final-merged/ is base + B @ A * alpha / r, in fp32, merged from final/ afresh (not the live model)
+    merged = load_file(run / "final-merged/model.safetensors")
+    base = load_file(Path(base_cfg["base_model_name_or_path"]) / "model.safetensors")
+    name = "model.layers.0.self_attn.q_proj"
+    a, b = (adapter[f"base_model.model.{name}.lora_{x}.weight"] for x in "AB")
+    delta = (b.float() @ a.float()) * base_cfg["lora_alpha"] / base_cfg["r"]
+    assert merged[f"{name}.weight"].dtype == torch.float32 and delta.abs().max() > 0
+    torch.testing.assert_close(merged[f"{name}.weight"] - base[f"{name}.weight"].float(), delta)

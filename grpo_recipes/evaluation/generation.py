@@ -32,13 +32,16 @@ class HFGenerator(_Generator):
         from tqdm.auto import tqdm
         from transformers import GenerationConfig
 
+        # Set here, not taken from the model's generation_config.json (Qwen2.5's repetition_penalty 1.05 and
+        # top_k 20, ...) or transformers' defaults (top_k 50): greedy is argmax, and sampling is the
+        # temperature alone, as TRL samples in training and vLLM here.
+        decoding = {"do_sample": temperature is not None, "repetition_penalty": 1.0}
+        if temperature is not None:
+            decoding |= {"temperature": temperature, "top_k": 0, "top_p": 1.0}  # TRL's defaults
         config = GenerationConfig(
             max_new_tokens=max_tokens,
-            do_sample=temperature is not None,
             num_return_sequences=n,
-            temperature=temperature,
-            top_p=None,
-            top_k=None,
+            **decoding,
             eos_token_id=sorted(self.eos_token_ids) or None,
             pad_token_id=self.tokenizer.pad_token_id,
             use_cache=True,

@@ -111,3 +111,17 @@ def save_final_model(trainer, out_dir: Path) -> None:
             (out_dir / name).unlink(missing_ok=True)
         log.info("%s: DeepSpeed ZeRO shards converted to fp32 safetensors (deepspeed zero_to_fp32)", out_dir)
     accelerator.wait_for_everyone()
+
+
+def save_merged_model(adapter_dir: Path, out_dir: Path, tokenizer) -> None:
+    """The base model with the adapter in `adapter_dir` (final/) merged in, loaded afresh on the CPU (the
+    live model may be sharded by ZeRO-3 or FSDP, or quantized by QLoRA) and kept in fp32: merged into bf16
+    weights, a small LoRA change would round away."""
+    import torch
+    from peft import AutoPeftModelForCausalLM
+    from transformers.integrations import unset_hf_deepspeed_config
+
+    unset_hf_deepspeed_config()  # training is over; ZeRO-3's would partition this one process's load
+    model = AutoPeftModelForCausalLM.from_pretrained(str(adapter_dir), dtype=torch.float32)
+    model.merge_and_unload().save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)

@@ -138,7 +138,7 @@ def _train(cfg: dict[str, Any], run_dir: Path, s: Setup, training: Training) -> 
         raise crashed(err, cfg, run_dir, training) from None
     finally:
         stop.uninstall()
-    from grpo_recipes.models.weights import save_final_model  # after training: not part of start-up
+    from grpo_recipes.models.weights import save_final_model, save_merged_model  # after training only
     from grpo_recipes.outputs.report import write_report
 
     if stop.requested:  # a signal, or a reward failing too often: checkpoint saved, report, the command
@@ -147,8 +147,7 @@ def _train(cfg: dict[str, Any], run_dir: Path, s: Setup, training: Training) -> 
     final = run_dir / "final"
     save_final_model(trainer, final)  # the adapter alone when LoRA is on; ZeRO-3/FSDP shards gathered
     if lora is not None and cfg["model"]["lora"]["merge_on_save"] and trainer.is_world_process_zero():
-        trainer.model.merge_and_unload().save_pretrained(run_dir / "final-merged")
-        s.tokenizer.save_pretrained(run_dir / "final-merged")
+        save_merged_model(final, run_dir / "final-merged", s.tokenizer)
     history = training.evaluation.history
     first, last = min(history), max(history)
     before, after = history[first]["accuracy"], history[last]["accuracy"]
