@@ -111,3 +111,53 @@ def test_training_and_the_fixed_eval_run_and_count_the_same_tool_loop(scripted, 
     # TRL's own metric counts the rolled-back call too; the recipe counts what the model read
     calls = sum(c.calls for c in counts)
     assert trainer._metrics["train"]["tools/call_frequency"][-1] == pytest.approx((calls + 1) / len(rows))
+
+
+def test_every_process_makes_the_same_generate_calls_while_any_still_calls_tools(scripted):
+    """Two ranks as threads, meeting at a barrier wherever the eval's processes would all-reduce: rank 0's
+    rollouts end after one tool call while rank 1's keep calling up to the cap, yet both call `generate` as
+    often, with as many prompts and the same budget (ZeRO-3, FSDP and vLLM's server mode generate
+    collectively), and each rank's rollouts are what it gets alone."""
+    import threading
+
+    tokenizer, tools = _tokenizer(), build_tools(["python"], 500)
+    model = tiny_model(tokenizer, seed=3)
+    shards = [QUESTIONS[0:1] + QUESTIONS[1:2], QUESTIONS[2:3] + QUESTIONS[2:3]]  # rank 1: never stops
+    barrier, shared = threading.Barrier(2), [0, 0]
+
+    def agree(rank: int):
+        def largest(n: int) -> int:
+            shared[rank] = n
+            barrier.wait()
+            value = max(shared)
+            barrier.wait()
+            return value
+
+        return largest
+
+    def run(rank: int, calls: list, rollouts: list, together: bool = True):
+        loop = ToolLoop(tokenizer, tools, CAP, MAX_LENGTH)
+        generator = HFGenerator(model, tokenizer, batch_size=8)
+
+        def generate(ids, budget):
+            calls.append((len(ids), budget))
+            return [g[0] for g in generator.generate_ids(ids, 1, None, budget)]
+
+        prompts = [loop.render([{"role": "user", "content": q}]) for q in shards[rank]]
+        kwargs = {"agree": agree(rank)} if together else {}
+        rollouts += loop.run(generate, prompts, generator.eos_token_ids, **kwargs)
+
+    calls, rollouts = [[], []], [[], []]
+    threads = [threading.Thread(target=run, args=(rank, calls[rank], rollouts[rank])) for rank in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not any(t.is_alive() for t in threads)
+    assert calls[0] == calls[1] and len(calls[0]) == 1 + CAP  # the first turn and every tool turn
+    alone = [[], []]
+    for rank in (0, 1):
+        run(rank, [], alone[rank], together=False)
+    assert [[r.ids for r in rs] for rs in rollouts] == [[r.ids for r in rs] for rs in alone]
+    assert [tool_use(r.turns) for r in rollouts[0]] == [ToolUse(1, 0), ToolUse(1, 1)]
+    assert [tool_use(r.turns) for r in rollouts[1]] == [ToolUse(CAP, 0)] * 2

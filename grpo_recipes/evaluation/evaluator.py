@@ -83,8 +83,9 @@ class FixedEvaluator:
                 for r in rows
             ]
 
-    def generate(self, model, indices: list[int], sampled: bool = False, progress: bool = False):
-        """Per index: (text, tokens, truncated), or `num_samples` of them. `model`: policy or generator."""
+    def generate(self, model, indices: list[int], sampled: bool = False, progress: bool = False, agree=None):
+        """Per index: (text, tokens, truncated), or `num_samples` of them. `model`: policy or generator;
+        `agree(n)`: the largest n over the processes (the tool loop's turns), None: one process."""
         import torch
 
         from grpo_recipes.evaluation.generation import HFGenerator
@@ -108,6 +109,7 @@ class FixedEvaluator:
                 prompt_ids,
                 eos_ids,
                 environments,
+                **({"agree": agree} if agree else {}),
             )
             flat = [self._from_rollout(r, eos_ids) for r in rollouts]
             decoded = [flat[k * n : (k + 1) * n] for k in range(len(indices))]
@@ -211,10 +213,17 @@ class FixedEvaluator:
         ]
         fixed_shard = rank_shard(fixed, rank, world)
         shard = fixed_shard + rank_shard(others, rank, world)
-        greedy = self.generate(model, shard, progress=main)
+        agree = None
+        if world > 1:
+            import torch
+
+            def agree(n: int) -> int:  # the largest n over the processes
+                return int(accelerator.reduce(torch.tensor(n, device=accelerator.device), "max").item())
+
+        greedy = self.generate(model, shard, progress=main, agree=agree)
         sampled = [None] * len(shard)
         if self.num_samples:
-            sampled[: len(fixed_shard)] = self.generate(model, fixed_shard, sampled=True, progress=main)
+            sampled[: len(fixed_shard)] = self.generate(model, fixed_shard, True, main, agree)
         local = self.score_batch(shard, greedy, sampled)
         examples = gather_object(local) if world > 1 else local
         examples = sorted({e["index"]: e for e in examples}.values(), key=lambda e: e["index"])

@@ -132,9 +132,13 @@ class ToolLoop:
         prompt_ids: list[list[int]],
         eos_ids: set[int],
         environments: Sequence[Any] | None = None,
+        agree: Callable[[int], int] = lambda n: n,
     ) -> list[Rollout]:
         """`generate(list of id lists, max_new_tokens)` -> one id list per prompt (the model's turn);
-        `environments`: each prompt's, from `start`."""
+        `environments`: each prompt's, from `start`; `agree(n)`: the largest n over the processes. Each turn
+        every process calls `generate` with as many prompts and the same budget as the others (placeholders
+        where it has fewer rollouts still calling tools, their replies dropped), as long as any has one:
+        generation is collective under ZeRO-3, FSDP and vLLM's server mode."""
 
         def until_eos(ids: list[int]) -> list[int]:
             end = next((j + 1 for j, t in enumerate(ids) if t in eos_ids), None)
@@ -148,7 +152,7 @@ class ToolLoop:
             r.turns = [self.parse(r.ids, r.prompt_ids)] if r.ids else [{"role": "assistant", "content": ""}]
         active = [r for r in rollouts if r.turns[-1].get("tool_calls")]
         iteration = 0
-        while active and iteration < self.max_iterations:
+        while iteration < self.max_iterations:
             extended = []  # (rollout, prompt + completion + tool results)
             for r in active:
                 results = [call_tool(self.tools_of(r), c) for c in r.turns[-1]["tool_calls"]]
@@ -158,10 +162,14 @@ class ToolLoop:
                     continue  # the results would not fit: the rollout ends as it is (TRL rolls them back)
                 r.turns += messages
                 extended.append((r, full))
-            if not extended:
+            count = agree(len(extended))
+            if count == 0:
                 break
-            budget = max(self.max_new_tokens - (len(full) - len(r.prompt_ids)) for r, full in extended)
-            outputs = generate([full for _, full in extended], max(budget, 1))
+            budget = agree(
+                max((self.max_new_tokens - (len(f) - len(r.prompt_ids)) for r, f in extended), default=1)
+            )
+            placeholders = [prompt_ids[0]] * (count - len(extended))
+            outputs = generate([full for _, full in extended] + placeholders, max(budget, 1))[: len(extended)]
             active = []
             for (r, full), ids in zip(extended, outputs):
                 room = self.max_new_tokens - (len(full) - len(r.prompt_ids))
