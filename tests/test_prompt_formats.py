@@ -120,7 +120,7 @@ def test_a_new_format_reaches_the_eval_json_and_the_report(boxed, tiny, tmp_path
     monkeypatch.setattr(
         ev,
         "generate",
-        lambda model, indices, sampled=False, progress=False: [
+        lambda model, indices, sampled=False, progress=False, agree=None: [
             (written[i], 5, False, [1] * 5) for i in indices
         ],
     )
