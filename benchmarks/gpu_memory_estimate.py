@@ -9,8 +9,8 @@ heads, vocabulary). The arithmetic, per GPU, with the dtypes a run loads (grpo_r
 `weights_dtype`: AdamW writing into bf16 weights would round away most updates at GRPO's learning rates):
   - a full fine-tune: fp32 weights, gradients, AdamW m and v, 4 + 4 + 4 + 4 = 16 bytes per parameter,
     and autocast's bf16 copy of the weights while a pass runs, 2 more (beta > 0 adds a reference
-    model, kept in bf16: 2 more); LoRA: the checkpoint's bf16 weights (2 bytes), and 18 bytes per
-    adapter parameter;
+    model in the policy's fp32, 4 more: a bf16 one would start 8e-3 nats a token of KL away from the
+    policy); LoRA: the checkpoint's bf16 weights (2 bytes), and 18 bytes per adapter parameter;
   - activations kept for the backward pass, no activation checkpointing: per token and layer about
     (8 x 4 h + 8 i) bytes with a full fine-tune's fp32 residual stream (its norm inputs and outputs,
     autocast's bf16 copies of the q/k/v, o and gate/up inputs, gate/up/act/down in bf16), (8 x 2 h +

@@ -299,23 +299,6 @@ def test_continuous_batching_is_refused_where_trl_would_cast_fp32_weights_to_bf1
     check_generation_cast(full, on)
 
 
-@pytest.mark.parametrize("gpu", [True, False])
-def test_the_reference_model_stays_bf16_on_a_gpu_when_the_policy_trains_fp32_weights(gpu):
-    from types import SimpleNamespace
-
-    import torch
-
-    from grpo_recipes.models.loading import reference_in_bf16
-    from grpo_recipes.models.tiny import tiny_model, tiny_tokenizer
-
-    trainer = SimpleNamespace(ref_model=tiny_model(tiny_tokenizer()), args=SimpleNamespace(bf16=True))
-    reference_in_bf16(trainer, gpu=gpu)
-    assert trainer.ref_model.dtype == (torch.bfloat16 if gpu else torch.float32)  # a CPU: as it was
-    wrapped = SimpleNamespace(ref_model=torch.nn.Linear(2, 2), args=SimpleNamespace(bf16=True))
-    reference_in_bf16(wrapped, gpu=True)  # an engine's wrapper (DeepSpeed, FSDP): left alone
-    assert wrapped.ref_model.weight.dtype == torch.float32
-
-
 def test_vllms_context_is_the_longest_prompt_as_trl_renders_it_plus_the_completion_budget():
     """Unset, vLLM would size its KV cache for the model's whole context (40,960 tokens for Qwen3-1.7B)."""
     from transformers import AutoTokenizer

@@ -266,19 +266,6 @@ def half_precision_warning(model, model_cfg: dict[str, Any], learning_rate: floa
     )
 
 
-def reference_in_bf16(trainer, gpu: bool) -> None:
-    """TRL builds the reference model (beta > 0) in the policy's dtype: fp32 when the policy trains fp32
-    weights. It never trains, so on a GPU computing in bf16 it is kept in bf16, as before the policy's
-    weights became fp32: half the memory, the checkpoint's own values (hub checkpoints are bf16). Left as
-    it is on a CPU, and where DeepSpeed or FSDP wrapped it."""
-    import torch
-    from transformers import PreTrainedModel
-
-    ref = trainer.ref_model
-    if gpu and trainer.args.bf16 and isinstance(ref, PreTrainedModel) and ref.dtype == torch.float32:
-        ref.to(torch.bfloat16)
-
-
 def check_generation_cast(model_cfg: dict[str, Any], args) -> None:
     """TRL 1.16 casts the model to bf16 (fp16) in place before generating with transformers' continuous
     batching: weights kept in fp32 to be trained would then train in half precision."""

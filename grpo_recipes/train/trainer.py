@@ -81,7 +81,6 @@ def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
     from grpo_recipes.config.trainer_args import name_the_key
     from grpo_recipes.evaluation.callback import FixedEvalCallback
     from grpo_recipes.evaluation.generation import VLLMGenerator, end_ids
-    from grpo_recipes.models.loading import reference_in_bf16
     from grpo_recipes.outputs.logs import ConciseProgressCallback, MetricsFileCallback, NoSignalWarning
     from grpo_recipes.train import fast_paths
     from grpo_recipes.train.samples import SampleRecorder
@@ -112,7 +111,6 @@ def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         raise ConfigError(name_the_key(str(err), cfg["grpo"])) from None
-    reference_in_bf16(trainer, s.hw.gpu)
     stop = GracefulStop(trainer.accelerator, s.reward_faults)  # a reward failing too often stops as SIGTERM
     evaluation = FixedEvalCallback(
         make_evaluator(cfg, s),
