@@ -299,13 +299,13 @@ def test_continuous_batching_is_refused_where_trl_would_cast_fp32_weights_to_bf1
     check_generation_cast(full, on)
 
 
-def test_vllms_context_is_the_longest_prompt_as_trl_renders_it_plus_the_completion_budget():
+def test_vllms_context_is_the_longest_prompt_as_trl_renders_it_plus_room_and_the_completion_budget():
     """Unset, vLLM would size its KV cache for the model's whole context (40,960 tokens for Qwen3-1.7B)."""
     from transformers import AutoTokenizer
 
     from grpo_common.templates import load_chat_template
     from grpo_recipes.models.loading import ensure_embedded
-    from grpo_recipes.train.assemble import vllm_context_length
+    from grpo_recipes.train.assemble import CONTEXT_ROOM, vllm_context_length
 
     tokenizer = AutoTokenizer.from_pretrained(str(ensure_embedded("smollm2-135m-instruct")))
     tokenizer.chat_template = load_chat_template("trl:qwen2_5")  # the template a tool run gives it
@@ -313,11 +313,10 @@ def test_vllms_context_is_the_longest_prompt_as_trl_renders_it_plus_the_completi
     long = [{"role": "system", "content": "Think step by step. " * 20}, {"role": "user", "content": "7 * 6?"}]
 
     def rendered(messages, tools=None):
-        return len(
-            tokenizer.apply_chat_template(
-                messages, tools=tools, add_generation_prompt=True, return_dict=True
-            )["input_ids"]
+        ids = tokenizer.apply_chat_template(
+            messages, tools=tools, add_generation_prompt=True, return_dict=True
         )
+        return len(ids["input_ids"])
 
     def add(a: int, b: int) -> int:
         """Add two numbers.
@@ -328,7 +327,8 @@ def test_vllms_context_is_the_longest_prompt_as_trl_renders_it_plus_the_completi
         """
         return a + b
 
-    assert vllm_context_length(tokenizer, [short, long], (), 64, 8192) == rendered(long) + 64
-    with_tool = vllm_context_length(tokenizer, [short, long], (add,), 64, 8192)
-    assert with_tool == rendered(long, [add]) + 64 > rendered(long) + 64  # the tool schemas count
-    assert vllm_context_length(tokenizer, [short, long], (), 64, 100) == 100  # at most the model's own
+    plain = vllm_context_length(tokenizer, [short, long], (), None, 64, 8192)
+    assert plain == rendered(long) + CONTEXT_ROOM + 64
+    with_tool = vllm_context_length(tokenizer, [short, long], (add,), None, 64, 8192)
+    assert with_tool == rendered(long, [add]) + CONTEXT_ROOM + 64 > plain  # the tool schemas count
+    assert vllm_context_length(tokenizer, [short, long], (), None, 64, 100) == 100  # at most the model's own

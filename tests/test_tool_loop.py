@@ -123,7 +123,7 @@ def test_every_process_makes_the_same_generate_calls_while_any_still_calls_tools
     tokenizer, tools = _tokenizer(), build_tools(["python"], 500)
     model = tiny_model(tokenizer, seed=3)
     shards = [QUESTIONS[0:1] + QUESTIONS[1:2], QUESTIONS[2:3] + QUESTIONS[2:3]]  # rank 1: never stops
-    barrier, shared = threading.Barrier(2), [0, 0]
+    barrier, shared = threading.Barrier(2, timeout=120), [0, 0]  # a rank that fails frees the other
 
     def agree(rank: int):
         def largest(n: int) -> int:
@@ -148,7 +148,9 @@ def test_every_process_makes_the_same_generate_calls_while_any_still_calls_tools
         rollouts += loop.run(generate, prompts, generator.eos_token_ids, **kwargs)
 
     calls, rollouts = [[], []], [[], []]
-    threads = [threading.Thread(target=run, args=(rank, calls[rank], rollouts[rank])) for rank in (0, 1)]
+    threads = [
+        threading.Thread(target=run, args=(rank, calls[rank], rollouts[rank]), daemon=True) for rank in (0, 1)
+    ]
     for t in threads:
         t.start()
     for t in threads:

@@ -38,6 +38,8 @@ class HFGenerator(_Generator):
         decoding = {"do_sample": temperature is not None, "repetition_penalty": 1.0}
         if temperature is not None:
             decoding |= {"temperature": temperature, "top_k": 0, "top_p": 1.0}  # TRL's defaults
+        else:  # unused by argmax; transformers' defaults, so that a hub model's sampling ones are not flagged
+            decoding |= {"temperature": 1.0, "top_k": 50, "top_p": 1.0}
         config = GenerationConfig(
             max_new_tokens=max_tokens,
             num_return_sequences=n,

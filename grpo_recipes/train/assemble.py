@@ -4,6 +4,7 @@ get_tools, get_training_args. trainer.py then builds the trainer and its callbac
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from dataclasses import dataclass
@@ -51,15 +52,20 @@ def assemble(cfg: dict[str, Any], plan: RunPlan) -> Setup:
     reward_funcs, weights, faults = get_rewards(cfg, taskset, prefix, curriculum)
     tools, environment_factory = get_tools(cfg, taskset)
     args = get_training_args(cfg, hw, weights, model, lora=peft_config is not None)
-    if args.use_vllm and args.vllm_max_model_length is None:
-        prompts = [*train_dataset["prompt"], *(row["prompt"] for row in eval_rows)]
+    if args.use_vllm and args.vllm_mode == "colocate" and args.vllm_max_model_length is None:
+        if environment_factory is not None:  # its methods are tools too, as TRL offers them
+            from tools.environments import environment_tools
+
+            tools = (*tools, *environment_tools(environment_factory()))
         args.vllm_max_model_length = vllm_context_length(
-            tokenizer, prompts, tools, args.max_completion_length, model.config.max_position_embeddings
+            tokenizer,
+            [*train_dataset["prompt"], *(row["prompt"] for row in eval_rows)],
+            tools,
+            args.chat_template_kwargs,
+            max(args.max_completion_length, cfg["eval"]["max_new_tokens"] or 0),
+            model.config.max_position_embeddings,
         )
-        log.info(
-            "vLLM's context: %d tokens (the longest prompt + max_completion_length)",
-            args.vllm_max_model_length,
-        )
+        log.info("vLLM's context: %d tokens", args.vllm_max_model_length)
     checkpoint = None
     if plan.action == "resume":  # from the newest whole checkpoint; None: from the start
         from grpo_recipes.outputs.checkpoints import usable_checkpoint
@@ -150,20 +156,25 @@ def get_tools(cfg: dict[str, Any], taskset) -> tuple[tuple, Any]:
     return tuple(build_tools(names, cfg["tools"]["max_output_chars"])), factory
 
 
-def vllm_context_length(tokenizer, prompts, tools, max_completion_length: int, model_max: int) -> int:
-    """The context vLLM needs: the longest prompt as TRL renders it (chat template, tool schemas) plus
-    max_completion_length, at most the model's own. Left unset, vLLM takes the model's whole context (40,960
-    tokens for Qwen3, 131,072 for Llama 3.2), and does not start where one such sequence's KV cache does not
-    fit its grpo.vllm_gpu_memory_utilization share."""
-    longest = max(
-        len(
-            tokenizer.apply_chat_template(
-                p, tools=list(tools) or None, add_generation_prompt=True, return_dict=True
-            )["input_ids"]
-        )
-        for p in prompts
+# Room in vLLM's context for what a prompt gains after it is drawn: an environment's reset note appended to
+# it (TRL's), a curriculum's later, longer problems.
+CONTEXT_ROOM = 256
+
+
+def vllm_context_length(tokenizer, prompts, tools, template_kwargs, budget: int, model_max: int) -> int:
+    """The context vLLM needs: the longest prompt as TRL renders it (chat template and its kwargs, tool
+    schemas) + CONTEXT_ROOM + the completion budget, at most the model's own. Left unset, vLLM takes the
+    model's whole context (40,960 tokens for Qwen3, 131,072 for Llama 3.2), and does not start where one
+    such sequence's KV cache does not fit its grpo.vllm_gpu_memory_utilization share."""
+    render = functools.partial(
+        tokenizer.apply_chat_template,
+        tools=list(tools) or None,
+        add_generation_prompt=True,
+        return_dict=True,
+        **(template_kwargs or {}),
     )
-    return min(longest + max_completion_length, model_max)
+    longest = max(len(render(p)["input_ids"]) for p in prompts)
+    return min(longest + CONTEXT_ROOM + budget, model_max)
 
 
 def get_training_args(cfg: dict[str, Any], hw: Hardware, weights: list[float], model, lora: bool):
