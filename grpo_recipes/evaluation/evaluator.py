@@ -109,7 +109,7 @@ class FixedEvaluator:
                 prompt_ids,
                 eos_ids,
                 environments,
-                **({"agree": agree} if agree else {}),
+                agree,
             )
             flat = [self._from_rollout(r, eos_ids) for r in rollouts]
             decoded = [flat[k * n : (k + 1) * n] for k in range(len(indices))]

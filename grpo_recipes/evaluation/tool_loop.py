@@ -132,13 +132,14 @@ class ToolLoop:
         prompt_ids: list[list[int]],
         eos_ids: set[int],
         environments: Sequence[Any] | None = None,
-        agree: Callable[[int], int] = lambda n: n,
+        agree: Callable[[int], int] | None = None,
     ) -> list[Rollout]:
         """`generate(list of id lists, max_new_tokens)` -> one id list per prompt (the model's turn);
-        `environments`: each prompt's, from `start`; `agree(n)`: the largest n over the processes. Each turn
-        every process calls `generate` with as many prompts and the same budget as the others (placeholders
-        where it has fewer rollouts still calling tools, their replies dropped), as long as any has one:
-        generation is collective under ZeRO-3, FSDP and vLLM's server mode."""
+        `environments`: each prompt's, from `start`; `agree(n)`: the largest n over the processes (None: one
+        process). Each turn every process calls `generate` with as many prompts and the same budget as the
+        others (placeholders where it has fewer rollouts still calling tools, their replies dropped), as
+        long as any has one: generation is collective under ZeRO-3, FSDP and vLLM's server mode."""
+        agree = agree or (lambda n: n)
 
         def until_eos(ids: list[int]) -> list[int]:
             end = next((j + 1 for j, t in enumerate(ids) if t in eos_ids), None)
