@@ -171,8 +171,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from grpo_recipes.config.trainer_args import build_grpo_kwargs, recipe_grpo_config_class
-    from grpo_recipes.models import hardware
-    from grpo_recipes.models.hardware import detect_hardware, resolve_activation_checkpointing
+    from grpo_recipes.models.hardware import detect_hardware, malloc_tuning, resolve_activation_checkpointing
     from grpo_recipes.train import fast_paths
     from grpo_recipes.train.sampling_kl import trainer_class
     from rewards import RewardContext, build_rewards
@@ -180,7 +179,7 @@ def main() -> None:
     cfg, taskset, train, _, model, tokenizer = default_setup(eval_size=8)
     hw = detect_hardware()
     device = torch.device("cuda" if hw.gpu else "cpu")
-    model = model.to(device)  # fp32, as the recipe loads a full fine-tune's weights (loading.weights_dtype)
+    model = model.to(device)  # fp32, as the recipe loads a full fine-tune's weights (hardware.weights_dtype)
     funcs, weights = build_rewards(cfg["dataset"]["rewards"], RewardContext(taskset.score, "answer_tag"))
     grpo = build_grpo_kwargs(cfg, hw, reward_weights=weights)
     resolve_activation_checkpointing(grpo, model, hw, lora=False)
@@ -189,7 +188,7 @@ def main() -> None:
     grpo.update({k: yaml.safe_load(v) for k, v in (item.split("=", 1) for item in args.set)})
 
     print(f"machine: {machine()}; commit {git_rev()}; torch threads {torch.get_num_threads()}")
-    print(f"allocator: {hardware.malloc_tuning()} (GLIBC_TUNABLES= to measure without)")
+    print(f"allocator: {malloc_tuning()} (GLIBC_TUNABLES= to measure without)")
     peak, bandwidth = machine_peaks(model.config, device)
     print(
         f"measured peaks: bf16 GEMM {peak / 1e12:.2f} TFLOP/s (model shapes), "

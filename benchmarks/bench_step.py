@@ -236,7 +236,7 @@ def main() -> None:
 
     cfg, taskset, train, _, model, tokenizer = default_setup(eval_size=8)
     hw = detect_hardware()
-    dtype = torch.float32  # as the recipe loads a full fine-tune's weights (loading.weights_dtype)
+    dtype = torch.float32  # as the recipe loads a full fine-tune's weights (hardware.weights_dtype)
     if args.model != "embedded":
         model = qwen25_05b_shaped_model(dtype)
     if hw.gpu:

@@ -187,7 +187,7 @@ def test_when_the_hub_cannot_be_reached_loading_says_what_to_do(monkeypatch):
     assert "hf download meta-llama/Llama-3.2-1B-Instruct" in message and "gated" in message
 
 
-# `model.dtype: auto` (grpo_recipes/models/loading.py): the weights a run trains stay fp32 (TRL's own default)
+# `model.dtype: auto` (grpo_recipes/models/hardware.py): the weights a run trains stay fp32 (TRL's default)
 # unless LoRA, DeepSpeed or FSDP keeps an fp32 copy of them; bf16 only then, and only on a GPU that has it.
 @pytest.mark.parametrize(
     "gpu, bf16, overrides, engine, expected",
@@ -208,7 +208,7 @@ def test_auto_loads_bf16_weights_only_where_something_keeps_the_trained_ones_in_
 ):
     import torch
 
-    from grpo_recipes.models.loading import weights_dtype
+    from grpo_recipes.models.hardware import weights_dtype
 
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: bf16)
     for name in ("DEEPSPEED", "FSDP"):
@@ -237,7 +237,7 @@ def test_a_half_precision_full_fine_tune_warns_with_the_share_of_weights_adamw_c
     unchanged."""
     import torch
 
-    from grpo_recipes.models.loading import half_precision_warning
+    from grpo_recipes.models.hardware import half_precision_warning
 
     for name in ("DEEPSPEED", "FSDP"):
         monkeypatch.delenv(f"ACCELERATE_USE_{name}", raising=False)
@@ -262,7 +262,7 @@ def test_qloras_bf16_adapters_get_the_warning_with_their_share(monkeypatch):
     """TRL casts QLoRA's trainable adapters to bf16; the share counts all trained weights."""
     import torch
 
-    from grpo_recipes.models.loading import half_precision_warning
+    from grpo_recipes.models.hardware import half_precision_warning
 
     for name in ("DEEPSPEED", "FSDP"):
         monkeypatch.delenv(f"ACCELERATE_USE_{name}", raising=False)
@@ -280,7 +280,7 @@ def test_qloras_bf16_adapters_get_the_warning_with_their_share(monkeypatch):
 def test_continuous_batching_is_refused_where_trl_would_cast_fp32_weights_to_bf16(monkeypatch):
     from types import SimpleNamespace
 
-    from grpo_recipes.models.loading import check_generation_cast
+    from grpo_recipes.models.hardware import check_generation_cast
 
     monkeypatch.delenv("ACCELERATE_USE_DEEPSPEED", raising=False)
     monkeypatch.delenv("ACCELERATE_USE_FSDP", raising=False)

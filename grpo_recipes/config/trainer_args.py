@@ -16,7 +16,7 @@ from grpo_recipes.config.checks import check_batch
 from grpo_recipes.config.grpo_knobs import RecipeGRPOFields
 from grpo_recipes.config.knobs import SCHEMA
 from grpo_recipes.config.values import show
-from grpo_recipes.models.hardware import Hardware, apply_hardware, detect_hardware
+from grpo_recipes.models.hardware import Hardware, apply_hardware, check_generation_cast, detect_hardware
 
 # Top-level knobs that are GRPOConfig fields: `python train_grpo.py max_steps=100`.
 COMMON_KNOBS = ("max_steps", "learning_rate", "seed", "run_name", "output_dir", "report_to")
@@ -92,8 +92,6 @@ def check_trainer_config(cfg: dict[str, Any], reward_weights: list[float]) -> No
     hw = detect_hardware()
     grpo = build_grpo_kwargs(cfg, hw, reward_weights)
     args = build_grpo_config(grpo)
-    from grpo_recipes.models.loading import check_generation_cast
-
     check_generation_cast(cfg["model"], args)
     prompts = args.generation_batch_size // args.num_generations  # TRL's sampler drops a partial batch
     if cfg["dataset"]["train_size"] < prompts:

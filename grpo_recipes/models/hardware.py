@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import math
 import os
 import sys
 from collections.abc import Mapping
@@ -136,12 +137,79 @@ def apply_hardware(grpo: dict[str, Any], hw: Hardware) -> None:
 
 def check_engine(gpu: bool, env: Mapping[str, str] = os.environ) -> None:
     """What `accelerate launch` asked for reaches this process through the environment."""
-    if env.get("ACCELERATE_USE_FSDP", "false").lower() in ("1", "true", "yes") and not gpu:
+    if launched_engine(env) == "FSDP" and not gpu:
         raise ConfigError(
             "accelerate config distributed_type: FSDP needs CUDA GPUs and none was found: on CPU "
             "processes accelerate runs plain DDP instead (nothing would be sharded). On a CPU use "
             "config/accelerate/cpu_ddp.yaml, or zero2.yaml / zero3.yaml (DeepSpeed shards on CPU "
             "processes with DS_ACCELERATOR=cpu)"
+        )
+
+
+def launched_engine(env: Mapping[str, str] = os.environ) -> str | None:
+    """The sharding engine `accelerate launch` was asked for (config/accelerate/), as it tells each process:
+    DeepSpeed or FSDP; both keep the trained weights in fp32 themselves (DeepSpeed's master weights;
+    accelerate upcasts what FSDP shards and trains). None: neither."""
+    for engine in ("DeepSpeed", "FSDP"):
+        if env.get(f"ACCELERATE_USE_{engine.upper()}", "").lower() in ("1", "true", "yes"):
+            return engine
+    return None
+
+
+def weights_dtype(model_cfg: dict[str, Any], on_gpu: bool) -> str:
+    """`model.dtype` as a torch dtype name. `auto`: the checkpoint's bf16 on a GPU that has it, where LoRA
+    (PEFT's fp32 adapters), DeepSpeed or FSDP keeps the trained weights in fp32; fp32 otherwise (TRL's own
+    default), computing in bf16 under `bf16=true` autocast. AdamW writing into bf16 weights would round away
+    any update under half a bf16 step (1/512 of the weight): at GRPO's learning rates, most of them."""
+    import torch
+
+    dtype = model_cfg["dtype"]
+    if dtype == "auto":
+        elsewhere = model_cfg["lora"]["enabled"] or launched_engine()
+        return "bfloat16" if on_gpu and torch.cuda.is_bf16_supported() and elsewhere else "float32"
+    return {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}.get(dtype, dtype)  # config/knobs.py's
+
+
+def half_precision_warning(model, model_cfg: dict[str, Any], learning_rate: float) -> str | None:
+    """One line when AdamW will update half-precision weights in place (a full fine-tune asked for bf16, or
+    QLoRA's adapters, which TRL casts to bf16): the share of the trained weights that even a full step of
+    `learning_rate` (Adam's largest, its first) cannot move. None under an engine that keeps fp32 weights."""
+    import torch
+
+    trained = [p for p in model.parameters() if p.requires_grad]
+    half = [p for p in trained if p.dtype in (torch.bfloat16, torch.float16)]
+    if not half or launched_engine():
+        return None
+    stuck = 0
+    for p in half:
+        # a step of lr is lost on |w| in [2^(e-1), 2^e) when under half its spacing, eps * 2^(e-2): so on
+        # every |w| >= 2^floor(log2(lr / eps) + 2)
+        bound = 2.0 ** math.floor(math.log2(learning_rate / torch.finfo(p.dtype).eps) + 2)
+        stuck += sum(int((chunk.abs() >= bound).sum()) for chunk in p.detach().reshape(-1).split(1 << 24))
+    share = stuck / sum(p.numel() for p in trained)
+    dtypes = " and ".join(sorted({str(p.dtype)[6:] for p in half}))
+    if model_cfg["lora"]["enabled"]:  # QLoRA (plain LoRA's adapters are fp32)
+        key, what = f"model.lora.quantize={model_cfg['lora']['quantize']}", f"the {dtypes} LoRA adapters"
+        fix = "TRL casts QLoRA's adapters to bf16; a LoRA learning rate (1e-4 or more) moves more of them"
+    else:
+        key, what = f"model.dtype={model_cfg['dtype']}", f"the {dtypes} weights"
+        fix = "model.dtype=auto keeps fp32 weights and computes in bf16"
+    return (
+        f"{key}: AdamW trains {what} in place, and even a full step of learning_rate={learning_rate:g} "
+        f"rounds away on {share:.0%} of the trained weights; {fix}"
+    )
+
+
+def check_generation_cast(model_cfg: dict[str, Any], args) -> None:
+    """TRL 1.16 casts the model to bf16 (fp16) in place before generating with transformers' continuous
+    batching: weights kept in fp32 to be trained would then train in half precision."""
+    if not (args.use_transformers_continuous_batching and (args.bf16 or args.fp16)):
+        return
+    if not model_cfg["lora"]["enabled"] and launched_engine() is None:
+        raise ConfigError(
+            "grpo.use_transformers_continuous_batching=true: TRL casts the model to bf16 in place to "
+            "generate that way, and AdamW would then lose most updates of this full fine-tune's weights; use "
+            "it with LoRA (model.lora.enabled=true) or DeepSpeed, or generate with vLLM (use_vllm=true)"
         )
 
 

