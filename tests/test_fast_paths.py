@@ -1,6 +1,7 @@
 """The fast paths change speed, never results: same log-probs and gradients as TRL's head, same tokens."""
 
 import copy
+import functools
 import inspect
 
 import pytest
@@ -322,6 +323,7 @@ def test_apply_installs_what_fits_the_trainer(tokenizer, tmp_path):
         "generation under one autocast context, on packed bf16 weights",
         "completion-only log-prob head",
         "eager attention in the training passes",
+        "decoder layers compiled for the training passes off: activation checkpointing is on",
     ]
     assert trainer.model.forward.__func__.__code__.co_filename == fast_paths.__file__  # our head over TRL's
     with_reference = grpo_trainer(tokenizer, tmp_path, beta=0.04)  # TRL keeps a reference model
@@ -331,6 +333,7 @@ def test_apply_installs_what_fits_the_trainer(tokenizer, tmp_path):
         "generation under one autocast context, on packed bf16 weights",
         "completion-only log-prob head off: the entropy bonus needs TRL's head",
         "eager attention in the training passes",
+        "decoder layers compiled for the training passes off: activation checkpointing is on",
     ]  # each speed-up that cannot apply says why
     # A model TRL did not patch is left alone.
     assert fast_paths.completion_logprob_head(tiny_model(tokenizer), temperature=1.0) is False
@@ -343,7 +346,7 @@ def test_a_fast_path_that_cannot_apply_says_why(tokenizer, tmp_path):
     forward = trainer.model.forward
     trainer.model.forward = lambda *args, **kwargs: forward(*args, **kwargs)
     trainer.model.config._attn_implementation = "eager"
-    assert fast_paths.install(trainer)[1:] == [
+    assert fast_paths.install(trainer)[1:3] == [
         "completion-only log-prob head off: TRL's fused LM head was not found",
         "eager attention in the training passes off: attention is eager, not sdpa",
     ]
@@ -386,3 +389,70 @@ def test_the_switch_and_the_version_guard(tokenizer, tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="grpo.fast_paths=true: written for TRL 1.16.0, TRL 99.0.0 is"):
         fast_paths.apply(trainer, True)  # true refuses what auto falls back from
     assert not getattr(trainer.model.generate, "_fast", False)
+
+
+def test_compiled_layers_match_eager_within_bf16_rounding(tokenizer):
+    """`grpo.compile_layers`: passes with gradients run the compiled layers (one compile for every layer and
+    length), within bf16 rounding of eager; passes without stay eager, bit for bit, and compile nothing."""
+    plain = tiny_model(tokenizer, seed=2, hidden_size=64)
+    ours = copy.deepcopy(plain)
+    assert fast_paths.compile_decoder_layers(ours) == plain.config.num_hidden_layers
+    ids, mask, _ = batch(len(tokenizer))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got, expected = (next_token_logprobs(m, ids, mask) for m in (ours, plain))
+        scored = (mask[:, 1:] & mask[:, :-1]).bool()
+        assert (got - expected)[scored].abs().max() < 0.02  # fused kernels round differently in bf16
+        advantages = torch.linspace(-1, 1, got.size(1))
+        losses = [(lp * advantages).masked_fill(~scored, 0).sum() for lp in (got, expected)]
+        torch.testing.assert_close(*losses, atol=0.05, rtol=0.01)
+        for loss in losses:
+            loss.backward()
+        grads = [torch.cat([p.grad.flatten() for p in m.parameters()]) for m in (ours, plain)]
+        assert torch.nn.functional.cosine_similarity(*grads, dim=0) > 0.999
+        with torch.compiler.set_stance("fail_on_recompile"):  # raises if anything below compiled again
+            with torch.no_grad():
+                assert torch.equal(
+                    ours(input_ids=ids, attention_mask=mask).logits,
+                    plain(input_ids=ids, attention_mask=mask).logits,
+                )
+            longer = torch.cat([ids, ids[:, :3]], dim=1), torch.cat([mask, mask[:, :3]], dim=1)
+            next_token_logprobs(ours, *longer).sum().backward()  # another length: the same graph
+
+
+def test_compile_layers_where_it_pays_and_true_refuses(tokenizer, tmp_path, monkeypatch):
+    """`auto` compiles a CPU run of 100+ steps of a 100M+ model without activation checkpointing, and says
+    why not otherwise; `true` compiles a short run too, and refuses where auto goes without."""
+    checkpointed = grpo_trainer(tokenizer, tmp_path, max_steps=200)
+    assert fast_paths.install(checkpointed)[-1] == (
+        "decoder layers compiled for the training passes off: activation checkpointing is on"
+    )
+    with pytest.raises(ConfigError, match="grpo.compile_layers=true: activation checkpointing is on"):
+        fast_paths.layers_not_compiled(checkpointed, True)
+    short = grpo_trainer(tokenizer, tmp_path, activation_checkpointing=False, max_steps=40)
+    why = "auto compiles runs of max_steps >= 100 on models of 100M+ parameters (the compile takes ~30 s)"
+    assert fast_paths.layers_not_compiled(short, "auto") == why
+    assert fast_paths.layers_not_compiled(short, False) == "grpo.compile_layers=false"
+    assert not any(isinstance(m.forward, functools.partial) for m in short.model.modules())
+    assert fast_paths.layers_not_compiled(short, True) is None
+    assert sum(isinstance(m.forward, functools.partial) for m in short.model.modules()) == 2
+    long = grpo_trainer(tokenizer, tmp_path, activation_checkpointing=False, max_steps=100)
+    assert fast_paths.layers_not_compiled(long, "auto") == why  # the tiny model: it would not pay back
+    monkeypatch.setattr(fast_paths, "COMPILE_FROM_PARAMETERS", 0)  # as large as the embedded model
+    assert fast_paths.install(long)[-1] == "decoder layers compiled for the training passes"
+
+
+def test_without_a_working_compiler_the_layers_stay_eager_and_say_why(tokenizer, tmp_path, monkeypatch):
+    def no_compiler(fn, **kwargs):
+        def call(*args):
+            raise RuntimeError("InvalidCxxCompiler: No working C++ compiler found\nmore detail")
+
+        return call
+
+    monkeypatch.setattr(torch, "compile", no_compiler)
+    monkeypatch.setattr(fast_paths, "COMPILE_FROM_PARAMETERS", 0)
+    trainer = grpo_trainer(tokenizer, tmp_path, activation_checkpointing=False, max_steps=100)
+    why = "torch.compile is unavailable (RuntimeError: InvalidCxxCompiler: No working C++ compiler found)"
+    assert fast_paths.layers_not_compiled(trainer, "auto") == why
+    assert not any(isinstance(m.forward, functools.partial) for m in trainer.model.modules())
+    with pytest.raises(ConfigError, match="grpo.compile_layers=true: torch.compile is unavailable"):
+        fast_paths.layers_not_compiled(trainer, True)

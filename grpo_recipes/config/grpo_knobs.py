@@ -27,6 +27,12 @@ class RecipeGRPOFields:
     """The recipe's own GRPO knobs: TRL's GRPOConfig extended with them (trainer_args.py)."""
 
     fast_paths: Any = knob("auto", Choice("auto", True, False), "the CPU speed-ups (README)", resume=True)
+    compile_layers: Any = knob(
+        "auto",
+        Choice("auto", True, False),
+        "compile the training passes (auto: CPU, 100+ steps, 100M+ model)",
+        resume=True,
+    )
     no_signal_warning: int = knob(
         3, STEPS, "warn after N steps with no reward variance (0: off)", resume=True
     )

@@ -1,7 +1,8 @@
 """CPU speed-ups for GRPOTrainer (benchmarks/RESULTS.md, "The step against the machine's limit"): the fast
 generation of train/fast_generation.py; completion log-probs from the model's own logits; eager attention
-where gradients flow. The head stands in for a TRL internal, so `grpo.fast_paths: auto` installs them only
-on the TRL versions they were tested on (TESTED_TRL)."""
+where gradients flow; decoder layers compiled for the passes with gradients (`grpo.compile_layers`). The head
+stands in for a TRL internal, so `grpo.fast_paths: auto` installs them only on the TRL versions they were
+tested on (TESTED_TRL)."""
 
 from __future__ import annotations
 
@@ -162,6 +163,67 @@ def token_logprobs():
     return TokenLogProbs
 
 
+# One decoder layer compiles for all (dynamic shapes) in ~30 s, ~8 s from inductor's on-disk cache, and takes
+# ~0.5-1 s off the embedded 135M model's ~2 s of training passes (benchmarks/RESULTS.md): `auto` compiles runs
+# this long, of models this large (a smaller model saves less a step).
+COMPILE_FROM_STEPS, COMPILE_FROM_PARAMETERS = 100, 100e6
+
+
+def layers_not_compiled(trainer, mode: bool | str) -> str | None:
+    """Why `grpo.compile_layers` (`mode`) leaves the decoder layers eager here, or None once they are compiled
+    (compile_decoder_layers). `true` refuses what `auto` goes without, except a short run."""
+    import torch
+
+    args, accelerator = trainer.args, trainer.accelerator
+    why = None
+    if mode is False:
+        return "grpo.compile_layers=false"
+    if accelerator.device.type != "cpu":
+        why = "CPU runs only (grpo.torch_compile is TRL's whole-model compile)"
+    elif accelerator.num_processes > 1:
+        why = "single-process runs only"
+    elif hasattr(trainer.model, "get_base_model"):
+        why = "full fine-tuning only (LoRA's layers were not measured)"
+    elif args.activation_checkpointing or args.gradient_checkpointing:
+        why = "activation checkpointing is on"
+    elif args.torch_compile:
+        why = "grpo.torch_compile is on"
+    elif mode == "auto" and (
+        args.max_steps < COMPILE_FROM_STEPS or trainer.model.num_parameters() < COMPILE_FROM_PARAMETERS
+    ):
+        return (
+            f"auto compiles runs of max_steps >= {COMPILE_FROM_STEPS} on models of "
+            f"{COMPILE_FROM_PARAMETERS / 1e6:.0f}M+ parameters (the compile takes ~30 s)"
+        )
+    if why is None:
+        try:  # a C++ compiler for inductor, asked once here rather than at the first training pass
+            torch.compile(lambda x: x + 1)(torch.zeros(1))
+        except Exception as e:  # noqa: BLE001 - any failure means: run eager, and say why
+            why = f"torch.compile is unavailable ({type(e).__name__}: {str(e).splitlines()[0][:120]})"
+    if why is None and not compile_decoder_layers(trainer.model):
+        why = "no decoder layers (transformers' GradientCheckpointingLayer) found"
+    if why and mode is True:
+        raise ConfigError(f"grpo.compile_layers=true: {why}; auto goes without")
+    return why
+
+
+def compile_decoder_layers(model) -> int:
+    """Compile each decoder layer's forward for calls with gradients (one graph serves every layer, shapes
+    dynamic); calls without (generation, evals, reference log-probs) stay eager. Returns the layers."""
+    import torch
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    def by_grad_mode(compiled, eager, *args, **kwargs):
+        return (compiled if torch.is_grad_enabled() else eager)(*args, **kwargs)
+
+    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    for layer in layers:
+        layer.forward = functools.partial(
+            by_grad_mode, torch.compile(layer.forward, dynamic=True), layer.forward
+        )
+    return len(layers)
+
+
 def _has_trl_head(forward) -> bool:
     """Whether TRL's `_fused_forward` is in this forward's chain of wrappers (accelerate may wrap it)."""
 
@@ -214,4 +276,6 @@ def install(trainer, strict: bool = False) -> list[str]:
     why = "SDPA's backward is fast on a GPU" if trainer.accelerator.device.type != "cpu" else None
     why = why or eager_attention_for_gradients(models[0])
     installed.append(f"eager attention in the training passes{f' off: {why}' if why else ''}")
+    why = layers_not_compiled(trainer, getattr(args, "compile_layers", "auto"))
+    installed.append(f"decoder layers compiled for the training passes{f' off: {why}' if why else ''}")
     return installed
