@@ -144,6 +144,8 @@ def reset(model, state) -> None:
     model.load_state_dict(state)
     for name in ("forward", "generate", "_original_forward"):
         model.__dict__.pop(name, None)
+    for module in model.modules():  # compiled decoder layers (grpo.compile_layers)
+        module.__dict__.pop("forward", None)
 
 
 def floor_step(model, tokenizer, rows, completion_length: int, num_generations: int, steps: int, bf16: bool):

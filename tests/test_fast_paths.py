@@ -439,6 +439,11 @@ def test_compile_layers_where_it_pays_and_true_refuses(tokenizer, tmp_path, monk
     assert fast_paths.layers_not_compiled(long, "auto") == why  # the tiny model: it would not pay back
     monkeypatch.setattr(fast_paths, "COMPILE_FROM_PARAMETERS", 0)  # as large as the embedded model
     assert fast_paths.install(long)[-1] == "decoder layers compiled for the training passes"
+    long.args.compile_layers = True  # (a recipe's GRPOConfig field) with every fast path off: refused
+    with pytest.raises(
+        ConfigError, match=r"compile_layers=true: the fast paths are off \(grpo.fast_paths=false"
+    ):
+        fast_paths.apply(long, False)
 
 
 def test_without_a_working_compiler_the_layers_stay_eager_and_say_why(tokenizer, tmp_path, monkeypatch):

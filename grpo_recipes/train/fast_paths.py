@@ -182,6 +182,8 @@ def layers_not_compiled(trainer, mode: bool | str) -> str | None:
         why = "CPU runs only (grpo.torch_compile is TRL's whole-model compile)"
     elif accelerator.num_processes > 1:
         why = "single-process runs only"
+    elif trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled:
+        why = "DeepSpeed and FSDP wrap the layers with their own hooks"
     elif hasattr(trainer.model, "get_base_model"):
         why = "full fine-tuning only (LoRA's layers were not measured)"
     elif args.activation_checkpointing or args.gradient_checkpointing:
@@ -208,8 +210,9 @@ def layers_not_compiled(trainer, mode: bool | str) -> str | None:
 
 
 def compile_decoder_layers(model) -> int:
-    """Compile each decoder layer's forward for calls with gradients (one graph serves every layer, shapes
-    dynamic); calls without (generation, evals, reference log-probs) stay eager. Returns the layers."""
+    """Compile each decoder layer's forward for calls with gradients (one graph serves every layer of a kind,
+    shapes dynamic); calls without (generation, evals, reference log-probs) stay eager. Returns the layers.
+    The compiled forward keeps its layer: a deep copy of the model would train the original's weights."""
     import torch
     from transformers.modeling_layers import GradientCheckpointingLayer
 
@@ -240,13 +243,16 @@ def apply(trainer, mode: bool | str | None = None) -> str:
 
     mode = getattr(trainer.args, "fast_paths", "auto") if mode is None else mode
     if mode is False:
-        return "off (grpo.fast_paths=false)"
-    if trl.__version__ not in TESTED_TRL:
+        why = "grpo.fast_paths=false"
+    elif trl.__version__ not in TESTED_TRL:
         why = f"written for TRL {', '.join(TESTED_TRL)}, TRL {trl.__version__} is installed"
         if mode is True:
             raise ConfigError(f"grpo.fast_paths=true: {why}; auto falls back to TRL's own paths")
-        return f"off: {why}"
-    return ", ".join(install(trainer, strict=mode is True))
+    else:
+        return ", ".join(install(trainer, strict=mode is True))
+    if getattr(trainer.args, "compile_layers", "auto") is True:  # one of the fast paths
+        raise ConfigError(f"grpo.compile_layers=true: the fast paths are off ({why})")
+    return f"off ({why})" if mode is False else f"off: {why}"
 
 
 def install(trainer, strict: bool = False) -> list[str]:
