@@ -142,9 +142,9 @@ class Run:
 def reset(model, state) -> None:
     """The starting weights, and the class's own forward/generate: each trainer patches the instance."""
     model.load_state_dict(state)
-    for name in ("forward", "generate", "_original_forward"):
+    for name in ("generate", "_original_forward"):
         model.__dict__.pop(name, None)
-    for module in model.modules():  # compiled decoder layers (grpo.compile_layers)
+    for module in model.modules():  # the head's forward, and compiled decoder layers' (grpo.compile_layers)
         module.__dict__.pop("forward", None)
 
 

@@ -140,3 +140,9 @@ def environment_tools(environment: Any) -> list[Callable]:
         for name, _ in inspect.getmembers(type(environment), predicate=inspect.isfunction)
         if name not in ("reset", "get_reward") and not name.startswith("_")
     ]
+
+
+def offered_tools(tools, environment_factory) -> list[Callable]:
+    """Every tool the chat template shows the model, as TRL offers them: the standalone tools, then an
+    environment's methods (one instance probed, as TRL does)."""
+    return list(tools) + (environment_tools(environment_factory()) if environment_factory else [])

@@ -53,13 +53,10 @@ class ToolLoop:
     ):
         from trl.chat_template_utils import get_training_chat_template, is_chat_template_prefix_preserving
 
-        from tools.environments import environment_tools
+        from tools.environments import offered_tools
 
         self.tokenizer, self.standalone, self.factory = tokenizer, list(tools), environment_factory
-        # the schema shown: the tools, then an environment's methods (one instance probed, as TRL does)
-        self.tools = self.standalone + (
-            environment_tools(environment_factory()) if environment_factory else []
-        )
+        self.tools = offered_tools(tools, environment_factory)  # the schema shown
         self.by_name = {t.__name__: t for t in self.tools}
         self.max_iterations = sys.maxsize if max_iterations is None else max_iterations  # TRL's None
         self.max_new_tokens = max_new_tokens  # the whole completion's, tool results included (as TRL's)

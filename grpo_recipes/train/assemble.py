@@ -53,14 +53,12 @@ def assemble(cfg: dict[str, Any], plan: RunPlan) -> Setup:
     tools, environment_factory = get_tools(cfg, taskset)
     args = get_training_args(cfg, hw, weights, model, lora=peft_config is not None)
     if args.use_vllm and args.vllm_mode == "colocate" and args.vllm_max_model_length is None:
-        if environment_factory is not None:  # its methods are tools too, as TRL offers them
-            from tools.environments import environment_tools
+        from tools.environments import offered_tools
 
-            tools = (*tools, *environment_tools(environment_factory()))
         args.vllm_max_model_length = vllm_context_length(
             tokenizer,
             [*train_dataset["prompt"], *(row["prompt"] for row in eval_rows)],
-            tools,
+            offered_tools(tools, environment_factory),
             args.chat_template_kwargs,
             max(args.max_completion_length, cfg["eval"]["max_new_tokens"] or 0),
             model.config.max_position_embeddings,
