@@ -24,8 +24,8 @@ def _run_tests(program, prompt, setup, entry, steps, per_test):
     # builtins, modules or its own globals, but the tests run in a fresh namespace (pristine
     # builtins, the task's own prompt code, modules restored) and see only its function, whose
     # return values must be plain data (no object that equals everything).
-    import builtins, json, os, signal, sys, time
-    _exec, _compile, _write, _exit, _dumps = exec, compile, os.write, os._exit, json.dumps
+    import builtins, os, signal, sys, time
+    _exec, _compile, _write, _exit = exec, compile, os.write, os._exit  # builtins: C code cannot be patched
     _setitimer, _timer, _now = signal.setitimer, signal.ITIMER_REAL, time.monotonic
     _type, _all, _dict = type, all, dict
     _modules, _vars, _list = sys.modules, vars, list
@@ -100,7 +100,9 @@ def _run_tests(program, prompt, setup, entry, steps, per_test):
         ok = ok and _now() - start <= per_test * 1.5  # an ignored alarm still fails the slow test
         if counted:
             results.append(ok)
-    _write(out, ("\n" + nonce + " " + _dumps(results) + "\n").encode())
+    # The verdict in builtins alone: a solution can patch any Python-level function (json.dumps's code or
+    # defaults), never str's methods.
+    _write(out, ("\n" + nonce + " " + "".join(["1" if r else "0" for r in results]) + "\n").encode())
     _exit(0)  # skip any atexit handler the solution registered
 
 """
@@ -109,11 +111,8 @@ def _run_tests(program, prompt, setup, entry, steps, per_test):
 def passed_tests(stdout: str, nonce: str, total: int) -> int:
     """How many tests the harness's nonce-tagged line says passed; 0 if it is absent or forged."""
     line = next((ln for ln in reversed(stdout.splitlines()) if ln.startswith(nonce + " ")), None)
-    try:
-        results = json.loads(line[len(nonce) + 1 :]) if line is not None else None
-    except ValueError:
-        return 0
-    return sum(bool(r) for r in results) if isinstance(results, list) and len(results) == total else 0
+    verdict = line[len(nonce) + 1 :] if line is not None else ""
+    return verdict.count("1") if len(verdict) == total and set(verdict) <= {"0", "1"} else 0
 
 
 @dataclass(frozen=True)

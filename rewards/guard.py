@@ -6,7 +6,9 @@ the run when a reward fails too often (grpo.reward_errors_stop_at: grpo_recipes/
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import inspect
 import json
 import logging
 import math
@@ -35,17 +37,23 @@ def _scores(values: Any, n: int) -> tuple[list, str | None, int | None]:
     if len(values) != n:
         return [None] * n, f"returned {len(values)} scores for {n} completions", None
     bad = [i for i, v in enumerate(values) if not _finite(v)]
+    scores = [None if i in bad or v is None else float(v) for i, v in enumerate(values)]
     if not bad:
-        return values, None, None
-    wrong = f"returned {values[bad[0]]!r} for {len(bad)} of {n} completions"
-    return [None if i in bad else v for i, v in enumerate(values)], wrong, bad[0]
+        return scores, None, None
+    return scores, f"returned {values[bad[0]]!r} for {len(bad)} of {n} completions", bad[0]
 
 
 def _finite(value: Any) -> bool:
+    """None, or a finite number (a numpy or 0-d torch one too); not a string that parses as one."""
     try:
-        return value is None or math.isfinite(float(value))
+        return value is None or (not isinstance(value, (str, bytes)) and math.isfinite(float(value)))
     except (TypeError, ValueError):
         return False
+
+
+def _called(fn: Callable, kwargs: dict) -> Any:
+    out = fn(**kwargs)
+    return asyncio.run(out) if inspect.iscoroutine(out) else out  # an async reward, run to its end here
 
 
 @contextlib.contextmanager
@@ -81,7 +89,7 @@ class RewardFaults:
         n, trace, at = len(kwargs["completions"]), None, None
         try:
             with _deadline(self.timeout):
-                scores, wrong, at = _scores(fn(**kwargs), n)
+                scores, wrong, at = _scores(_called(fn, kwargs), n)
         except Exception as err:  # noqa: BLE001 - the reward's own bug or a timeout: this call's scores are missing
             scores, wrong = [None] * n, f"{type(err).__name__}: {err}".strip()
             trace = None if isinstance(err, RewardTimeout) else traceback.format_exc()
@@ -124,7 +132,7 @@ class RewardFaults:
             one = {k: [v[i]] if isinstance(v, list) and len(v) == n else v for k, v in kwargs.items()}
             try:
                 with _deadline(self.timeout):
-                    fn(**{**one, **quiet})
+                    _called(fn, {**one, **quiet})
             except Exception:  # noqa: BLE001 - any error of the user's code
                 return i
         return None

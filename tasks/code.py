@@ -3,6 +3,7 @@ problems), `python_functions` (tasks/python_functions.py) and `code_file` (your 
 any language the sandbox knows). A score is the fraction of tests the program passes in the sandbox."""
 
 import ast
+import contextlib
 import functools
 import json
 import textwrap
@@ -142,7 +143,11 @@ class CodeFileConfig:
         for row, (question, tests, entry, setup, solution) in enumerate(
             zip(*(table.column(getattr(self, key)) for key in keys))
         ):
-            tests = json.loads(tests) if isinstance(tests, str) and tests.lstrip().startswith("[") else tests
+            if isinstance(tests, str) and tests.lstrip().startswith(
+                "["
+            ):  # a JSON list, or one test: `[ ... ]`
+                with contextlib.suppress(ValueError):
+                    tests = json.loads(tests)
             tests = [tests] if isinstance(tests, str) else list(tests or [])
             assert tests and all(isinstance(t, str) and t.strip() for t in tests), (
                 f"tests_column '{self.tests_column}' of row {row} must be a non-empty list of test snippets"

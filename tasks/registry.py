@@ -13,7 +13,7 @@ from reasoning_gym.composite import CompositeConfig, CompositeDataset, DatasetSp
 from reasoning_gym.factory import DATASETS
 
 from grpo_common import formats
-from grpo_common.errors import ConfigError, did_you_mean
+from grpo_common.errors import ConfigError, did_you_mean, is_number
 from grpo_common.formats import Extraction
 
 # Our own tasks, by the module that registers them on import: imported on first use, so a run without
@@ -105,7 +105,7 @@ def validate_tasks(tasks: Mapping[str, Any], where: str | None = None) -> dict[s
                 f"{path}: unknown key(s) {sorted(unknown)}; each task takes 'weight' and 'config'"
             )
         weight, config = spec.get("weight", 1.0), dict(spec.get("config") or {})
-        if not isinstance(weight, (int, float)) or weight <= 0:
+        if not is_number(weight) or weight <= 0:
             raise ConfigError(f"{path}.weight must be a positive number, got {weight!r}")
         if name not in names:
             raise ConfigError(

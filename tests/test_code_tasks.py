@@ -226,5 +226,12 @@ def test_code_file_in_another_language_through_a_command_template(tmp_path):
         sandbox.configure()
     with pytest.raises(ConfigError, match="tests_column 'checks' is not a column"):
         validate_tasks({"code_file": {"config": {"path": str(path), "tests_column": "checks"}}})
+    # a CSV cell holds one test as a string: a shell test starts with `[` and is not a JSON list
+    csv = tmp_path / "problems.csv"
+    csv.write_text('question,tests\nWrite `double`.,"[ ""$(double 3)"" = 6 ]"\n')
+    ts = TaskSet({"code_file": {"config": {"path": str(csv), "language": "sh"}}})
+    assert TestSuite.from_metadata(ts.sample(1, seed=0)[0]["metadata"]).tests == (
+        ('[ "$(double 3)" = 6 ]', True),
+    )
     with pytest.raises(ConfigError, match="path is not set"):
         validate_tasks({"code_file": {"config": {}}})

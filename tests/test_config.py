@@ -151,6 +151,10 @@ def test_hardware_rules():
     with pytest.raises(ConfigError, match="use_vllm=true needs a CUDA GPU"):
         build_grpo_kwargs(composed("use_vllm=true"), CPU)
     assert build_grpo_kwargs(composed(), CPU)["use_vllm"] is False
+    # the top-level knob beats a preset's setting: use_vllm=false turns grpo=vllm_is's vLLM off
+    assert build_grpo_kwargs(composed("grpo=vllm_is", "use_vllm=false"), CPU)["use_vllm"] is False
+    with pytest.raises(ConfigError, match="use_vllm=true needs a CUDA GPU"):
+        build_grpo_kwargs(composed("grpo=vllm_is"), CPU)
 
 
 @pytest.mark.skipif(__import__("platform").libc_ver()[0] != "glibc", reason="glibc's malloc tunables")

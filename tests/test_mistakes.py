@@ -344,3 +344,19 @@ def test_a_trl_rule_mistake_from_the_command_line(tmp_path):
     message = "grpo.loss_type=nosuch: expected one of: grpo, dr_grpo, dapo, bnpo"
     assert len(lines) == 1 and message in lines[0], proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr and list(tmp_path.iterdir()) == []
+
+
+def test_a_config_path_of_several_parts_still_names_the_unknown_key(tmp_path, monkeypatch, capsys):
+    """--config-path is read relative to the script's directory, once: the unknown-key message composes the
+    config again from the same place."""
+    import shutil
+
+    from grpo_recipes.config.preflight import check_command_line
+
+    shutil.copytree(CONFIG, tmp_path / "a" / "b")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    with pytest.raises(SystemExit) as stop:
+        check_command_line(["train_grpo.py", "--config-path", "a/b", "evall.size=3"], tmp_path / "config")
+    assert stop.value.code == 2
+    assert "evall: unknown key. Did you mean: eval" in capsys.readouterr().err

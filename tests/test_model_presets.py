@@ -8,7 +8,7 @@ import pytest
 from grpo_common.errors import ConfigError
 from grpo_recipes.config.checks import check_values
 from grpo_recipes.config.preflight import compose, parse
-from grpo_recipes.models.loading import TARGET_MODULES
+from grpo_recipes.models.loading import TARGET_MODULES, lora_config
 
 CONFIG = Path(__file__).resolve().parents[1] / "config"
 # preset -> (hub id, the architecture its config.json names)
@@ -70,7 +70,7 @@ def test_preset_batch_share_and_lora_are_what_the_memory_estimate_chooses(preset
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_preset_keys_are_valid_for_the_architecture(preset):
     import torch
-    from peft import LoraConfig, get_peft_model
+    from peft import get_peft_model
     from transformers import AutoConfig, AutoModelForCausalLM
 
     cfg = composed(preset)["model"]
@@ -94,7 +94,7 @@ def test_preset_keys_are_valid_for_the_architecture(preset):
     names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
     assert set(targets) <= names, f"not in {model_type}: {set(targets) - names}"
     assert targets == TARGET_MODULES[model_type]  # what `auto` would pick too
-    lora = LoraConfig(r=cfg["lora"]["r"], lora_alpha=int(cfg["lora"]["alpha"]), target_modules=targets)
+    lora = lora_config({**cfg["lora"], "enabled": True}, model_type)  # as the run builds it
     peft_model = get_peft_model(model, lora)
     wrapped = {
         n.split(".lora_A")[0].rsplit(".", 1)[-1] for n, _ in peft_model.named_parameters() if ".lora_A" in n

@@ -60,6 +60,32 @@ def test_each_way_a_reward_fails_costs_only_its_scores(tmp_path):
         assert out.stdout.count(f"reward '{key}' failed (") == 1
 
 
+def test_scores_reach_trl_as_floats_and_an_async_reward_runs(tmp_path):
+    """In-process, the guard alone: numeric strings would crash TRL's float tensor, so they fail the call; a
+    numpy or 0-d torch number is a score; an `async def` reward (which TRL runs natively) is awaited."""
+    import numpy as np
+    import torch
+
+    from rewards.guard import RewardFaults
+
+    faults = RewardFaults(tmp_path / "errors.jsonl")
+    call = {"completions": ["a", "b"], "prompts": ["p", "p"]}
+
+    async def later(completions, **kwargs):
+        return [1, 0.5]
+
+    assert faults.call(later, "later", call) == [1.0, 0.5]
+    assert faults.call(lambda completions, **k: ["1.0", 2], "strings", call) == [None, 2.0]
+    assert faults.call(lambda completions, **k: [np.float32(0.25), torch.tensor(1)], "np", call) == [
+        0.25,
+        1.0,
+    ]
+    errors = read_jsonl(tmp_path / "errors.jsonl")
+    assert [(e["reward"], e["error"]) for e in errors] == [
+        ("strings", "returned '1.0' for 1 of 2 completions")
+    ]
+
+
 def test_a_reward_that_keeps_failing_stops_the_run_as_a_signal_would(tmp_path):
     out = run_train(
         *TINY,

@@ -14,7 +14,7 @@ import pytest
 
 from rewards.code import TestSuite, run_suites
 from rewards.sandbox import configure
-from rewards.sandbox.executor import Executor, Program
+from rewards.sandbox.executor import GUARD, Executor, Program
 
 ISOLATION = ["full", "basic"]
 SUITE = TestSuite("add", (("assert candidate(1, 2) == 3", True), ("assert candidate(2, 2) == 4", True)))
@@ -231,6 +231,9 @@ def test_bad_settings_name_the_key():
         Executor(memory_mb=0)
     with pytest.raises(ValueError, match="sandbox.languages.q needs a 'command'"):
         Executor(languages={"q": {"extension": ".q"}})
+    # an entry refines the default: another python command keeps the guard the harness relies on
+    python = Executor(languages={"python": {"command": ["python3", "-I", "{file}"]}}).languages["python"]
+    assert python["command"] == ["python3", "-I", "{file}"] and python["preamble"] == GUARD
 
 
 FORGERIES = {  # ways a solution could try to make the harness report passes it did not earn
@@ -239,11 +242,23 @@ FORGERIES = {  # ways a solution could try to make the harness report passes it 
     "builtins.compile = lambda s, f, m, *a, **k: _c('pass', f, m)\ndef add(a, b):\n    return 0",
     "patch_json": "import json\n_d = json.dumps\njson.dumps = lambda r, *a, **k: _d([True] * len(r))\n"
     "def add(a, b):\n    return 0",
+    # a library function's code, defaults or instance state patched in place (the module's dict is restored,
+    # the objects it holds are not): the verdict uses no Python-level function
+    "json_code": "import json\n"
+    'SRC = \'def f(obj, *a, **k):\\n    return "[" + ",".join(["true"] * len(obj)) + "]"\'\n'
+    "json.dumps.__code__ = [c for c in compile(SRC, 'x', 'exec').co_consts if hasattr(c, 'co_code')][0]\n"
+    "def add(a, b):\n    return 0",
+    "json_defaults": "import json\nclass E(json.JSONEncoder):\n    def encode(self, o):\n"
+    "        return '[' + ','.join(['true'] * len(o)) + ']'\njson.dumps.__kwdefaults__['cls'] = E\n"
+    "def add(a, b):\n    return 0",
+    "json_encoder": "import json\n"
+    "json._default_encoder.encode = lambda o: '[' + ','.join(['true'] * len(o)) + ']'\n"
+    "def add(a, b):\n    return 0",
     "read_frames": "import sys, os\nf = sys._getframe(1).f_locals\n"
-    "os.write(f['out'], (chr(10) + f['nonce'] + ' [true, true]' + chr(10)).encode())\nos._exit(0)",
+    "os.write(f['out'], (chr(10) + f['nonce'] + ' 11' + chr(10)).encode())\nos._exit(0)",
     "traceback_frames": "import os\ntry:\n    raise ValueError\nexcept ValueError as e:\n"
     "    f = e.__traceback__.tb_frame.f_back.f_locals\n"
-    "os.write(f['out'], (chr(10) + f['nonce'] + ' [true, true]' + chr(10)).encode())\nos._exit(0)",
+    "os.write(f['out'], (chr(10) + f['nonce'] + ' 11' + chr(10)).encode())\nos._exit(0)",
     "equals_everything": "class Any:\n    def __eq__(self, other):\n        return True\n"
     "def add(a, b):\n    return Any()",
     "int_subclass": (

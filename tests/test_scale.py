@@ -212,6 +212,7 @@ def test_lora_run_on_the_embedded_model_trains_and_saves_only_the_adapter(tmp_pa
     # a length reward always differs within a group, so every step has a gradient
     proc = run_train(
         "model.lora.enabled=true",
+        "model.lora.alpha=24.5",  # a float reaches peft as it is (it was once cut to an int)
         "model.lora.merge_on_save=true",
         "max_steps=2",
         "eval.size=4",
@@ -227,8 +228,8 @@ def test_lora_run_on_the_embedded_model_trains_and_saves_only_the_adapter(tmp_pa
     run = tmp_path / "lora"
     log = (run / "train.log").read_text()
     assert (
-        "LoRA r=16 alpha=32 on ['down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj']"
-        in log
+        "LoRA r=16 alpha=24.5 on "
+        "['down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj']" in log
     )
     trained = float(log.split("Training ")[1].split(" M of")[0])
     assert 0 < trained < 0.05 * 134.5  # only the adapter: a few percent of the 134.5 M parameters
@@ -241,6 +242,7 @@ def test_lora_run_on_the_embedded_model_trains_and_saves_only_the_adapter(tmp_pa
     assert lora_b and any(t.abs().sum() > 0 for t in lora_b)  # lora_B starts at zero: it was trained
     assert (run / "final-merged/model.safetensors").is_file()
     base_cfg = json.loads((run / "final/adapter_config.json").read_text())
+    assert base_cfg["lora_alpha"] == 24.5
     assert Path(base_cfg["base_model_name_or_path"]).is_dir()
     # final-merged/ is base + B @ A * alpha / r, in fp32, merged from final/ afresh (not the live model)
     merged = load_file(run / "final-merged/model.safetensors")

@@ -66,8 +66,9 @@ def test_unknown_task_config_key_lists_accepted_keys():
 def test_invalid_task_config_value_and_weight():
     with pytest.raises(ConfigError, match="sum_digits.config is invalid"):
         validate_tasks({"sum_digits": {"config": {"min_numbers": 5, "max_numbers": 2}}})
-    with pytest.raises(ConfigError, match="weight must be a positive number"):
-        validate_tasks({"sum_digits": {"weight": 0}})
+    for weight in (0, float("nan"), float("inf"), True):  # one line each, not reasoning-gym's traceback
+        with pytest.raises(ConfigError, match="weight must be a positive number"):
+            validate_tasks({"sum_digits": {"weight": weight}})
     with pytest.raises(ConfigError, match="unknown key"):
         validate_tasks({"sum_digits": {"wieght": 1}})
 
@@ -94,3 +95,18 @@ def test_sample_excludes_given_keys():
     ts = TaskSet({"basic_arithmetic": {"config": {"min_digits": 1, "max_digits": 1, "max_terms": 2}}})
     held = {ts.key(e) for e in ts.sample(30, seed=9)}
     assert not held & {ts.key(e) for e in ts.sample(500, seed=1, exclude_keys=held)}
+
+
+def test_python_m_tasks_names_close_tasks_for_an_unknown_one():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-m", "tasks", "game_of_24"], cwd=root, capture_output=True, text=True
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert (
+        done.stderr.strip().splitlines() == [done.stderr.strip()] and "Did you mean: puzzle24" in done.stderr
+    )

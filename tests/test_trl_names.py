@@ -83,3 +83,6 @@ def test_trl_names_in_a_yaml_file_get_our_key_named():
         check_values({**cfg, "model_name_or_path": "Qwen/Qwen2.5-0.5B-Instruct"})
     with pytest.raises(ConfigError, match="num_generations is TRL's name; here it is grpo.num_generations"):
         check_values({**cfg, "num_generations": 4})
+    # any GRPOConfig field, not only those the recipe declares
+    with pytest.raises(ConfigError, match="vllm_server_host is TRL's name; here it is grpo.vllm_server_host"):
+        check_values({**cfg, "vllm_server_host": "0.0.0.0"})

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from grpo_common.errors import ConfigError, did_you_mean
-from grpo_recipes.config.cli import MODEL_FIELDS, trl_hint
+from grpo_recipes.config.cli import trl_hint
 from grpo_recipes.config.knobs import CLOSED_SECTIONS, GROUPS, OPEN_GROUPS, SCHEMA
 from grpo_recipes.config.values import Float, lookup, show
 
@@ -190,9 +190,8 @@ def check_curriculum(cfg: Mapping[str, Any]) -> None:
 
 
 def unknown_key_message(key: str, known: list[str]) -> str:
-    hint = did_you_mean(key.rsplit(".", 1)[-1], known)
-    if key in MODEL_FIELDS or f"grpo.{key}" in SCHEMA:  # TRL's spelling, in a YAML file (cli.py takes it)
-        hint = trl_hint(key)
+    # TRL's spelling, in a YAML file (cli.py takes it on the command line), else a close key
+    hint = trl_hint(key) or did_you_mean(key.rsplit(".", 1)[-1], known)
     if key == "accelerate":  # config/accelerate/ holds accelerate's own files, not a Hydra group
         hint = (
             " config/accelerate/ holds accelerate's own config files: "

@@ -92,12 +92,11 @@ def compose(
     search = [f"hydra.job.num={job_num}"] if job_num is not None else []
     if line.config_dir is not None:
         search.append(f"hydra.searchpath=[file://{Path(line.config_dir).expanduser().resolve()}]")
-    if line.config_path is not None:
-        config_dir = config_dir.parent / line.config_path  # relative to train_grpo.py, as Hydra reads it
+    # --config-path is relative to train_grpo.py, as Hydra reads it (config_dir stays the caller's: an error
+    # below composes again from it)
+    where = config_dir if line.config_path is None else config_dir.parent / line.config_path
     error = None
-    with initialize_config_dir(
-        version_base="1.3", config_dir=str(config_dir.resolve()), job_name="train_grpo"
-    ):
+    with initialize_config_dir(version_base="1.3", config_dir=str(where.resolve()), job_name="train_grpo"):
         try:
             cfg = hydra_compose(
                 line.config_name or "train", overrides=overrides + search, return_hydra_config=True

@@ -122,7 +122,8 @@ def check_changes(run_dir: Path, saved: Mapping[str, Any], now: Mapping[str, Any
         raise ConfigError(
             f"resume of '{run_dir}': {shown}{more} would change what the run learns; a resume continues the "
             "run as it was (its config.yaml). Only max_steps, eval.* (not eval.seed), logging and saving "
-            "settings may change: start a new run_name=... for the rest"
+            "settings may change (`python -m grpo_recipes.config` marks each): start a new run_name=... "
+            "for the rest"
         )
     return changed
 

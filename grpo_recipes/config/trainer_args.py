@@ -52,7 +52,8 @@ def build_grpo_kwargs(
         if key not in fields:
             hint = did_you_mean(key, sorted(fields))
             raise ConfigError(f"grpo.{key}: not a GRPOConfig field of the installed TRL.{hint}")
-    grpo["use_vllm"] = cfg["use_vllm"] or bool(grpo.get("use_vllm"))  # on at the top level or in a preset
+    top = cfg["use_vllm"]  # the top-level knob decides; null leaves it to the grpo preset (vllm_is)
+    grpo["use_vllm"] = bool(grpo.get("use_vllm")) if top is None else top
     if isinstance(grpo.get("report_to"), str):
         grpo["report_to"] = [grpo["report_to"]]
 

@@ -170,17 +170,17 @@ def ensure_embedded(name: str) -> Path:
 
 
 def lora_config(lora: dict[str, Any], model_type: str):
-    if not lora or not lora.get("enabled"):
+    if not lora["enabled"]:
         return None
     from peft import LoraConfig
 
-    targets = lora.get("target_modules")
-    if targets in (None, "auto"):
+    targets = lora["target_modules"]
+    if targets == "auto":
         targets = TARGET_MODULES.get(model_type, "all-linear")
     return LoraConfig(
-        r=int(lora["r"]),
-        lora_alpha=int(lora["alpha"]),
-        lora_dropout=float(lora["dropout"]),
+        r=lora["r"],
+        lora_alpha=lora["alpha"],  # a float: alpha / r scales the adapter
+        lora_dropout=lora["dropout"],
         target_modules=targets if isinstance(targets, str) else list(targets),
         task_type="CAUSAL_LM",
     )

@@ -94,7 +94,7 @@ def eval_only(cfg: dict[str, Any], run_dir: Path, s: Setup) -> float:
     # The precision training would use (the Trainer wraps forward in bf16 autocast when bf16 is on),
     # so that eval_only on a checkpoint reproduces that run's eval exactly.
     mixed = "bf16" if s.args.bf16 else ("fp16" if s.args.fp16 else "no")
-    accelerator = Accelerator(cpu=not s.hw.gpu, mixed_precision=mixed)
+    accelerator = Accelerator(cpu=s.args.use_cpu, mixed_precision=mixed)  # where training runs
     describe(cfg, run_dir, s, accelerator)
     model = eval_model(s, accelerator)
     state = Path(cfg["model"]["path"]).expanduser() / "trainer_state.json"  # a checkpoint's; base model: 0
@@ -113,7 +113,7 @@ def _train(cfg: dict[str, Any], run_dir: Path, s: Setup, training: Training) -> 
         log.warning(warning)
     if (lora := s.peft_config) is not None:
         targets = lora.target_modules if isinstance(lora.target_modules, str) else sorted(lora.target_modules)
-        log.info("LoRA r=%d alpha=%d on %s", lora.r, lora.lora_alpha, targets)
+        log.info("LoRA r=%d alpha=%g on %s", lora.r, lora.lora_alpha, targets)
     log.info("Fast paths: %s; %s", training.speedups, malloc_tuning())
     if s.args.use_vllm:
         log.info("fixed eval generates with the trainer's vLLM engine (%s)", trainer.vllm_generation.mode)
