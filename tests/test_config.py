@@ -146,7 +146,7 @@ def test_hardware_rules():
     assert "use_cpu" not in build_grpo_kwargs(composed(), GPU)
     with pytest.raises(ConfigError, match="fp16=true needs a GPU"):
         build_grpo_kwargs(composed("++grpo.fp16=true"), CPU)
-    with pytest.raises(ConfigError, match="use_vllm=true needs a CUDA GPU"):
+    with pytest.raises(ConfigError, match="grpo.use_vllm is a top-level knob here: set `use_vllm=...`"):
         build_grpo_kwargs(composed("++grpo.use_vllm=true"), CPU)
     with pytest.raises(ConfigError, match="use_vllm=true needs a CUDA GPU"):
         build_grpo_kwargs(composed("use_vllm=true"), CPU)

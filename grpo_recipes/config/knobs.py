@@ -23,7 +23,6 @@ from grpo_recipes.config.grpo_knobs import GRPO
 from grpo_recipes.config.values import (
     BOOL,
     COUNT,
-    OPT_BOOL,
     OPT_STR,
     PROB,
     STEPS,
@@ -51,7 +50,7 @@ class Top:
     resume: Any = knob(
         False, Choice(True, False, "auto"), "true: continue the run | auto: if unfinished", resume=True
     )
-    use_vllm: Any = knob(None, OPT_BOOL, "generate with vLLM (GPU); null: as grpo= says (vllm_is: on)")
+    use_vllm: bool = knob(False, BOOL, "generate with vLLM (GPU; grpo.vllm_mode colocate | server)")
     eval_only: bool = knob(False, BOOL, "only the fixed eval, on model=<checkpoint dir> or a base model")
     report_to: Any = knob("none", Value("str_or_list"), "trackers (set by logger=...)", resume=True)
     log_samples_every: int = knob(10, STEPS, "samples.jsonl: rollouts every N steps (0: off)", resume=True)

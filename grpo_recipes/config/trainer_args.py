@@ -19,7 +19,7 @@ from grpo_recipes.config.values import show
 from grpo_recipes.models.hardware import Hardware, apply_hardware, check_generation_cast, detect_hardware
 
 # Top-level knobs that are GRPOConfig fields: `python train_grpo.py max_steps=100`.
-COMMON_KNOBS = ("max_steps", "learning_rate", "seed", "run_name", "output_dir", "report_to")
+COMMON_KNOBS = ("max_steps", "learning_rate", "seed", "run_name", "output_dir", "report_to", "use_vllm")
 
 
 @functools.cache
@@ -52,8 +52,6 @@ def build_grpo_kwargs(
         if key not in fields:
             hint = did_you_mean(key, sorted(fields))
             raise ConfigError(f"grpo.{key}: not a GRPOConfig field of the installed TRL.{hint}")
-    top = cfg["use_vllm"]  # the top-level knob decides; null leaves it to the grpo preset (vllm_is)
-    grpo["use_vllm"] = bool(grpo.get("use_vllm")) if top is None else top
     if isinstance(grpo.get("report_to"), str):
         grpo["report_to"] = [grpo["report_to"]]
 
