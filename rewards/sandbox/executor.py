@@ -64,8 +64,8 @@ def _sandbox_guard():
         return real == root or real.startswith(root + os.sep) or real == "/dev/null"
 
     def hook(event, args):
-        if event in blocked or event == "sys._getframe" or (event == "object.__setattr__" and
-                                                             args[1:2] == ("__code__",)):
+        swap = event == "object.__setattr__" and args[1:2] == ("__code__",)  # a function's code replaced
+        if event in blocked or event == "sys._getframe" or swap:
             raise SandboxDenied("sandbox: " + event + " is not allowed")
         if event == "import" and args and args[0] in blocked_imports:
             raise SandboxDenied("sandbox: importing " + str(args[0]) + " is not allowed")
@@ -137,11 +137,8 @@ class Executor:
 
     def __post_init__(self):
         check_settings(**vars(self))
-        languages = {k: {**DEFAULT_LANGUAGES.get(k, {}), **v} for k, v in self.languages.items()}
-        self.languages = {
-            **DEFAULT_LANGUAGES,
-            **languages,
-        }  # an entry refines the default: python keeps GUARD
+        own = {k: {**DEFAULT_LANGUAGES.get(k, {}), **v} for k, v in self.languages.items()}
+        self.languages = {**DEFAULT_LANGUAGES, **own}  # an entry refines its default: python keeps GUARD
         self.workers = self.workers or max(1, len(os.sched_getaffinity(0)))
         self._root = Path(tempfile.gettempdir()) / "grpo-sandbox"  # made (again, if cleaned) per run
 
