@@ -3,6 +3,7 @@ a training step and a full disk while saving each end as described there, with o
 and nothing earlier lost. The damaged-checkpoint cases are in test_checkpoint_faults.py."""
 
 import json
+import re
 
 import pytest
 
@@ -106,6 +107,23 @@ def test_a_reward_that_keeps_failing_stops_the_run_as_a_signal_would(tmp_path):
     assert "resume=true" in out.stdout and (run / "report.md").is_file()
     first = read_jsonl(run / "reward_errors.jsonl")[0]
     assert first["split"] == "eval" and "raise ValueError" in first["traceback"] and first["completion"]
+
+
+def test_a_resume_after_a_hard_kill_drops_the_evals_past_its_checkpoint(tmp_path):
+    """Killed at step 6 (evals 0-5 written, checkpoint-3 the last), then resumed to max_steps=4: the evals
+    of steps 4 and 5 belonged to the discarded steps; left, the report would call step 5 the final eval."""
+    args = [*TINY, f"output_root={tmp_path}", "grpo.save_steps=3", "eval.every_n_steps=1"]
+    killed = run_train(*args, "max_steps=8", env={**FAULTS, "FAULT_KILL_IN_BACKWARD": "6"})
+    assert killed.returncode in (-9, 137), killed.stderr[-3000:]
+    run = tmp_path / "r"
+    evals = lambda: sorted(int(p.stem[10:]) for p in (run / "eval_results").glob("eval_step_*.json"))
+    assert evals() == [0, 1, 2, 3, 4, 5] and (run / "checkpoint-3").is_dir()
+    resumed = run_train(*args, "max_steps=4", "resume=true")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "metric lines and 2 eval files after step 3 dropped" in resumed.stdout
+    assert evals() == [0, 1, 2, 3, 4]
+    assert json.loads((run / "train_results.json").read_text())["final_eval_step"] == 4
+    assert re.search(r"% at step 0 -> [\d.]+% at step 4\*\*", (run / "report.md").read_text())
 
 
 def test_a_reward_whose_signature_cannot_take_trls_call_is_refused_before_loading(tmp_path):

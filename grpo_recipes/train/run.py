@@ -22,7 +22,14 @@ from grpo_recipes.config.trainer_args import checked_here
 from grpo_recipes.models.hardware import half_precision_warning, malloc_tuning
 from grpo_recipes.outputs.logs import append_metrics, load_evals, setup_console
 from grpo_recipes.train.assemble import Setup, assemble
-from grpo_recipes.train.stopping import Interrupted, crashed, full_disk, stopped, trim_metrics_after
+from grpo_recipes.train.stopping import (
+    Interrupted,
+    crashed,
+    drop_evals_after,
+    full_disk,
+    stopped,
+    trim_metrics_after,
+)
 from grpo_recipes.train.trainer import Training, build_trainer, describe, eval_model, make_evaluator
 
 log = logging.getLogger("grpo_recipes")
@@ -122,13 +129,14 @@ def _train(cfg: dict[str, Any], run_dir: Path, s: Setup, training: Training) -> 
     log.info(f"Training {n_train / 1e6:.2f} M of {n_all / 1e6:.2f} M parameters ({n_train / n_all:.2%})")
     if s.resumed:  # from the last checkpoint, or from the start when the run stopped before its first
         step = int(s.checkpoint.name.split("-")[-1]) if s.checkpoint is not None else -1
-        dropped = 0
-        if trainer.is_world_process_zero():  # the steps after the checkpoint are logged and sampled again
+        dropped = evals = 0
+        if trainer.is_world_process_zero():  # the steps after the checkpoint are logged and evaluated again
             dropped = trim_metrics_after(run_dir / "metrics.jsonl", step)
             trim_metrics_after(run_dir / "samples.jsonl", step)
+            evals = drop_evals_after(run_dir, step)
         log.info(
             f"Resuming from {s.checkpoint or 'the start: no checkpoint was saved'} ({dropped} metric lines "
-            f"after step {max(step, 0)} dropped: they are logged again)"
+            f"and {evals} eval files after step {max(step, 0)} dropped: they are written again)"
         )
     stop.install()
     try:
