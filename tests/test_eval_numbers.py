@@ -265,7 +265,10 @@ def test_report_states_chance_cut_offs_transfer_and_alarms(tmp_path):
     assert "the final accuracy (25.0% at step 10) does not clear the chance line (50.0%)" in report
     assert "The transfer set (scored apart, not in the accuracy above): 100.0% at step 0 -> 100.0%" in report
     assert "## Reward-hacking alarms" in report
-    assert "- step 10: mean train reward over 10 logged steps rose 1.000 (the first steps) -> 2.000" in report
+    assert (
+        "- step 10: reward hacking? the mean train reward over eval.hacking_window=10 logged steps rose "
+        "1.000 (the first steps) -> 2.000" in report
+    )
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from grpo_recipes.evaluation.console import alarm_message
 from grpo_recipes.evaluation.metrics import fixed_examples
 from grpo_recipes.outputs.logs import load_evals, read_jsonl, write_atomic
 from grpo_recipes.outputs.plots import metric_names, series
@@ -113,16 +114,7 @@ def _alarms(evals: dict[int, dict]) -> list[str]:
     if not raised:
         steps = ", ".join(map(str, checks))
         return [f"Reward-hacking alarm: not raised (checked at steps {steps}).", ""]
-    out = ["## Reward-hacking alarms", ""]
-    for s, c in raised:
-        before = "the first steps" if c["first_window"] else f"before step {c['previous_step']}'s eval"
-        out.append(
-            f"- step {s}: mean train reward over {c['window']} logged steps rose {c['reward_before']:.3f} "
-            f"({before}) -> {c['reward_now']:.3f}, while fixed-eval accuracy fell {c['accuracy_before']:.1%} "
-            f"(step {c['previous_step']}) -> {c['accuracy_now']:.1%}, by more than eval.hacking_drop="
-            f"{c['drop']:g}"
-        )
-    return out + [""]
+    return ["## Reward-hacking alarms", "", *(f"- step {s}: {alarm_message(c)}" for s, c in raised), ""]
 
 
 def _examples(evals: dict[int, dict], n: int = 3) -> list[str]:
