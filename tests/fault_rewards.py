@@ -1,6 +1,8 @@
 """Rewards that fail in each way a user's reward can (tests/test_reward_faults.py), as dotted paths:
 `dataset.rewards.<key>.fn=tests.fault_rewards.<name>`."""
 
+import os
+import signal
 import time
 
 
@@ -28,4 +30,11 @@ def hangs(completions, **kwargs):
 
 
 def impossible(completions, solution):
+    return [0.0] * len(completions)
+
+
+def killed_in_step_6(completions, trainer_state=None, **kwargs):
+    """A hard kill (SIGKILL: nothing is saved) while step 6 generates; a resume to fewer steps never gets there."""
+    if trainer_state is not None and trainer_state.global_step == 5:
+        os.kill(os.getpid(), signal.SIGKILL)
     return [0.0] * len(completions)

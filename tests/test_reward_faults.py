@@ -113,7 +113,7 @@ def test_a_resume_after_a_hard_kill_drops_the_evals_past_its_checkpoint(tmp_path
     """Killed at step 6 (evals 0-5 written, checkpoint-3 the last), then resumed to max_steps=4: the evals
     of steps 4 and 5 belonged to the discarded steps; left, the report would call step 5 the final eval."""
     args = [*TINY, f"output_root={tmp_path}", "grpo.save_steps=3", "eval.every_n_steps=1"]
-    killed = run_train(*args, "max_steps=8", env={**FAULTS, "FAULT_KILL_IN_BACKWARD": "6"})
+    killed = run_train(*args, "max_steps=8", reward("kill", "killed_in_step_6"))
     assert killed.returncode in (-9, 137), killed.stderr[-3000:]
     run = tmp_path / "r"
     evals = lambda: sorted(int(p.stem[10:]) for p in (run / "eval_results").glob("eval_step_*.json"))

@@ -2,14 +2,12 @@
 
 FAULT_RAISE_IN_BACKWARD=N  the Nth backward pass raises (a crash inside training step N, before its update)
 FAULT_ENOSPC_ON_SAVE=NAME@N  the Nth torch.save of a file named NAME raises ENOSPC (a full disk mid-save)
-FAULT_KILL_IN_BACKWARD=N   the Nth backward pass SIGKILLs the process (a hard kill: nothing is saved)
 """
 
 import errno
 import os
-import signal
 
-if any(os.environ.get(f"FAULT_{f}") for f in ("RAISE_IN_BACKWARD", "ENOSPC_ON_SAVE", "KILL_IN_BACKWARD")):
+if os.environ.get("FAULT_RAISE_IN_BACKWARD") or os.environ.get("FAULT_ENOSPC_ON_SAVE"):
     import torch
 
     calls = {"backward": 0, "save": 0}
@@ -20,8 +18,6 @@ if any(os.environ.get(f"FAULT_{f}") for f in ("RAISE_IN_BACKWARD", "ENOSPC_ON_SA
         calls["backward"] += 1
         if calls["backward"] == int(os.environ.get("FAULT_RAISE_IN_BACKWARD", "0")):
             raise RuntimeError("CUDA out of memory (injected by tests/faults/sitecustomize.py)")
-        if calls["backward"] == int(os.environ.get("FAULT_KILL_IN_BACKWARD", "0")):
-            os.kill(os.getpid(), signal.SIGKILL)
         return backward(*args, **kwargs)
 
     def full_disk_save(obj, f, *args, **kwargs):
