@@ -34,7 +34,7 @@ def impossible(completions, solution):
 
 
 def killed_in_step_6(completions, trainer_state=None, **kwargs):
-    """A hard kill (SIGKILL: nothing is saved) while step 6 generates; a resume to fewer steps never gets there."""
+    """A hard kill (SIGKILL: nothing saved) as step 6 generates; a resume to fewer steps never gets there."""
     if trainer_state is not None and trainer_state.global_step == 5:
         os.kill(os.getpid(), signal.SIGKILL)
     return [0.0] * len(completions)
