@@ -86,11 +86,14 @@ class VLLMGenerator(_Generator):
         tp_group = getattr(self.engine, "tp_group", None)
         if self.engine.tensor_parallel_size > 1:  # one LLM per tensor-parallel group: generate the group's
             import torch.distributed as dist
+            from accelerate.utils import is_peft_model
 
             gathered = [None] * self.engine.tensor_parallel_size
             dist.all_gather_object(gathered, prompt_ids, group=tp_group)
             rank = dist.get_rank(group=tp_group)
             flat = [p for part in gathered for p in part]
+            if is_peft_model(self.engine.model):  # as TRL's generate: drain NCCL before vLLM's TP (trl#3671)
+                dist.barrier(device_ids=[self.engine.accelerator.local_process_index])
         else:
             rank, flat = 0, prompt_ids
         if getattr(self.engine, "enable_sleep_mode", False):
