@@ -29,7 +29,8 @@ train: setup
 # workers (and the runs they start) from oversubscribing the cores.
 TEST_WORKERS ?= 2
 test: setup
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(ARGS)
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile \
+		--no-loadscope-reorder $(ARGS)
 
 lint: setup
 	$(BIN)/ruff check .
