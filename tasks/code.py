@@ -143,9 +143,7 @@ class CodeFileConfig:
         for row, (question, tests, entry, setup, solution) in enumerate(
             zip(*(table.column(getattr(self, key)) for key in keys))
         ):
-            if isinstance(tests, str) and tests.lstrip().startswith(
-                "["
-            ):  # a JSON list, or one test: `[ ... ]`
+            if isinstance(tests, str) and tests.lstrip().startswith("["):  # a JSON list, or a test `[ ... ]`
                 with contextlib.suppress(ValueError):
                     tests = json.loads(tests)
             tests = [tests] if isinstance(tests, str) else list(tests or [])

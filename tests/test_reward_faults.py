@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from grpo_recipes.outputs.logs import eval_files
 from tests.conftest import ROOT, read_jsonl, run_train
 
 TINY = ["model=tiny_random", "eval.size=4", "grpo.max_completion_length=8", "run_name=r"]
@@ -116,12 +117,11 @@ def test_a_resume_after_a_hard_kill_drops_the_evals_past_its_checkpoint(tmp_path
     killed = run_train(*args, "max_steps=8", reward("kill", "killed_in_step_6"))
     assert killed.returncode in (-9, 137), killed.stderr[-3000:]
     run = tmp_path / "r"
-    evals = lambda: sorted(int(p.stem[10:]) for p in (run / "eval_results").glob("eval_step_*.json"))
-    assert evals() == [0, 1, 2, 3, 4, 5] and (run / "checkpoint-3").is_dir()
+    assert list(eval_files(run)) == [0, 1, 2, 3, 4, 5] and (run / "checkpoint-3").is_dir()
     resumed = run_train(*args, "max_steps=4", "resume=true")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "metric lines and 2 eval files after step 3 dropped" in resumed.stdout
-    assert evals() == [0, 1, 2, 3, 4]
+    assert list(eval_files(run)) == [0, 1, 2, 3, 4]
     assert json.loads((run / "train_results.json").read_text())["final_eval_step"] == 4
     assert re.search(r"% at step 0 -> [\d.]+% at step 4\*\*", (run / "report.md").read_text())
 

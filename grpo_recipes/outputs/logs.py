@@ -52,9 +52,23 @@ def eval_file(out_dir: Path, step: int) -> Path:
     return out_dir / f"eval_step_{step}.json"
 
 
-def load_evals(run_dir: Path) -> dict[int, dict[str, Any]]:
+def eval_files(run_dir: Path) -> dict[int, Path]:
+    """A run's eval_results/eval_step_<N>.json by step, in step order."""
     paths = Path(run_dir, "eval_results").glob("eval_step_*.json")
-    return dict(sorted((int(p.stem.rsplit("_", 1)[1]), json.loads(p.read_text())) for p in paths))
+    return dict(sorted((int(p.stem.rsplit("_", 1)[1]), p) for p in paths))
+
+
+def load_evals(run_dir: Path) -> dict[int, dict[str, Any]]:
+    return {step: json.loads(path.read_text()) for step, path in eval_files(run_dir).items()}
+
+
+def drop_evals_after(run_dir: Path, step: int) -> int:
+    """Remove the eval files of steps after `step` (a resume evaluates those steps again; left, the report and
+    a sweep's summary would take a discarded eval for the last one); returns how many."""
+    late = [path for s, path in eval_files(run_dir).items() if s > step]
+    for path in late:
+        path.unlink()
+    return len(late)
 
 
 def is_eval_log(logs: dict[str, Any]) -> bool:

@@ -20,16 +20,9 @@ from grpo_recipes.config import resume
 from grpo_recipes.config.checks import check_config
 from grpo_recipes.config.trainer_args import checked_here
 from grpo_recipes.models.hardware import half_precision_warning, malloc_tuning
-from grpo_recipes.outputs.logs import append_metrics, load_evals, setup_console
+from grpo_recipes.outputs.logs import append_metrics, drop_evals_after, load_evals, setup_console
 from grpo_recipes.train.assemble import Setup, assemble
-from grpo_recipes.train.stopping import (
-    Interrupted,
-    crashed,
-    drop_evals_after,
-    full_disk,
-    stopped,
-    trim_metrics_after,
-)
+from grpo_recipes.train.stopping import Interrupted, crashed, full_disk, stopped, trim_metrics_after
 from grpo_recipes.train.trainer import Training, build_trainer, describe, eval_model, make_evaluator
 
 log = logging.getLogger("grpo_recipes")

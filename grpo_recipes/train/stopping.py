@@ -94,15 +94,6 @@ class GracefulStop(TrainerCallback):
                 return
 
 
-def drop_evals_after(run_dir: Path, step: int) -> int:
-    """Remove the eval files of steps after `step` (the resumed run evaluates those steps again; left, the
-    report and a sweep's summary would take a discarded eval for the last one); returns how many."""
-    late = [p for p in Path(run_dir, "eval_results").glob("eval_step_*.json") if int(p.stem[10:]) > step]
-    for path in late:
-        path.unlink()
-    return len(late)
-
-
 def trim_metrics_after(path: Path, step: int) -> int:
     """Drop metrics.jsonl lines of steps after `step` (and any line cut by a crash); returns how many."""
     if not path.exists():
