@@ -87,14 +87,15 @@ def _tool_calls(calls: Any, where: str) -> tuple[tuple[str, dict[str, Any], str]
         raise ConfigError(f"{where}={calls!r}: expected a non-empty list of {{name, arguments, result}}")
     out = []
     for j, call in enumerate(calls):
-        ok = isinstance(call, Mapping) and set(call) == {"name", "arguments", "result"}
-        ok = ok and isinstance(call["name"], str) and bool(call["name"].strip())
-        ok = (
-            ok
+        if not (
+            isinstance(call, Mapping)
+            and set(call) == {"name", "arguments", "result"}
+            and isinstance(call["name"], str)
+            and call["name"].strip()
             and isinstance(call["arguments"], Mapping)
             and all(isinstance(k, str) for k in call["arguments"])
-        )
-        if not (ok and isinstance(call["result"], str)):
+            and isinstance(call["result"], str)
+        ):
             raise ConfigError(
                 f"{where}[{j}]={call!r}: expected {{name: <a tool>, arguments: {{<argument>: <value>}}, "
                 "result: <the tool's reply, a string>}"
@@ -114,11 +115,8 @@ def few_shot(dataset_cfg: dict[str, Any]) -> Shots:
             and all(isinstance(item[k], str) and item[k].strip() for k in texts)
         ):
             raise ConfigError(f"dataset.few_shot[{i}]={item!r}: each example is {SHOT_FORM}")
-        calls = (
-            _tool_calls(item["tool_calls"], f"dataset.few_shot[{i}].tool_calls")
-            if "tool_calls" in item
-            else ()
-        )
+        where = f"dataset.few_shot[{i}].tool_calls"
+        calls = _tool_calls(item["tool_calls"], where) if "tool_calls" in item else ()
         shots.append(Shot(item["question"], item["completion"], calls))
     return shots
 
@@ -164,9 +162,8 @@ def build_eval_set(dataset_cfg: dict[str, Any], eval_cfg: dict[str, Any]):
     for j, (key, one) in enumerate(transfer_sets(dataset_cfg, eval_cfg).items()):
         taskset.score_too(one)  # a neighbouring task (gsm8k's leg_counting) is scored like the trained ones
         who = (f"transfer set '{key}' (task '{one.names[0]}')", "outside the fixed eval")
-        drawn = draw_distinct(
-            one, size, seed + TRANSFER_SEED + j, taken, "eval.size", who, f"widen eval.transfer.{key}.config"
-        )
+        fix = f"widen eval.transfer.{key}.config"
+        drawn = draw_distinct(one, size, seed + TRANSFER_SEED + j, taken, "eval.size", who, fix)
         eval_rows += [{**to_row(e, system, shots), "eval_set": "transfer", "transfer": key} for e in drawn]
     return taskset, system, shots, eval_rows
 
