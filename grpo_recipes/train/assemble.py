@@ -80,7 +80,7 @@ def assemble(cfg: dict[str, Any], plan: RunPlan) -> Setup:
         eval_rows=eval_rows,
         reward_funcs=reward_funcs,
         args=args,
-        checkpoint=Path(checkpoint) if checkpoint else None,
+        checkpoint=checkpoint,
         resumed=plan.action == "resume",
         curriculum=curriculum,
         reward_faults=faults,
