@@ -54,19 +54,14 @@ def finish(ax, **labels):
     ax.legend(fontsize=8)
 
 
-def pyplot():
+@contextmanager
+def figure(path: Path, panels: int = 1, height: float = 4.5, width: float = 8):
+    """The axes of `panels` panels, one above the other on one step axis, saved to `path` when done."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    return plt
-
-
-@contextmanager
-def figure(path: Path, panels: int = 1, height: float = 4.5, width: float = 8):
-    """The axes of `panels` panels, one above the other on one step axis, saved to `path` when done."""
-    plt = pyplot()
     fig, axes = plt.subplots(panels, 1, figsize=(width, height), sharex=True, squeeze=False)
     yield [row[0] for row in axes]
     fig.tight_layout()
