@@ -24,8 +24,6 @@ def is_fixed(row: dict[str, Any]) -> bool:
 def rank_shard(indices: list[int], rank: int, world: int) -> list[int]:
     """This rank's share of `indices`, padded with repeats so every rank generates the same number of
     prompts (collective generation, e.g. under ZeRO-3, would hang otherwise)."""
-    if not indices:
-        return []
     shard, per_rank = indices[rank::world], -(-len(indices) // world)
     return shard + (shard[-1:] if shard else indices[:1]) * (per_rank - len(shard))
 
