@@ -69,10 +69,9 @@ def normalize_number(text: str) -> str:
 
 def same_answer(answer: str, reference: str) -> bool:
     """The same answer spelled apart: numbers alike normalised ('0.0', '0'), or texts but for a full stop."""
-    numbers = is_number(answer) and is_number(reference)
-    return (numbers and normalize_number(answer) == normalize_number(reference)) or (
-        answer != reference and _drop_stop(answer.strip()) == _drop_stop(reference.strip())
-    )
+    if is_number(answer) and is_number(reference):
+        return normalize_number(answer) == normalize_number(reference)
+    return answer != reference and _drop_stop(answer.strip()) == _drop_stop(reference.strip())
 
 
 def _clean_tag(text: str) -> str:

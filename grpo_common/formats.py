@@ -112,8 +112,8 @@ class Think(AnswerFormat):  # strict: <think>..</think><answer>..</answer> and n
 
 
 # A closed fenced block (the format check); the reader also takes one a truncated completion left open.
-_FENCE_CLOSED = re.compile(r"```[\w+#-]*[^\n]*\n.*?```", re.DOTALL)
-_FENCE = re.compile(r"```[ \t]*([\w+#-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
+_FENCE_CLOSED = re.compile(r"```[^\n]*\n.*?```", re.DOTALL)
+_FENCE = re.compile(r"```[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 _CODE_ANSWER = re.compile(r"<answer>(.*?)(?:</answer>|\Z)", re.DOTALL | re.IGNORECASE)
 _CODE_START = re.compile(r"^(?:def |class |import |from |async def |@)", re.MULTILINE)
 _CODE_CHARS = 50_000
@@ -134,8 +134,8 @@ class Code(PromptFormat):  # reads a program; strict: exactly one fenced block, 
         text = as_text(text)[:_CODE_CHARS]
         if found := [m.group(1) for m in _CODE_ANSWER.finditer(text) if m.group(1).strip()]:
             fenced = _FENCE.findall(found[-1])
-            return Extraction((fenced[-1][1] if fenced else found[-1]).strip("\n"), "answer_tag")
-        if blocks := [body for _, body in _FENCE.findall(text) if body.strip()]:
+            return Extraction((fenced[-1] if fenced else found[-1]).strip("\n"), "answer_tag")
+        if blocks := [body for body in _FENCE.findall(text) if body.strip()]:
             with_def = [b for b in blocks if re.search(r"^\s*def ", b, re.MULTILINE)]
             return Extraction((with_def or blocks)[-1].strip("\n"), "fenced")
         start = _CODE_START.search(text)

@@ -93,8 +93,7 @@ def check_tool_calling(tokenizer, path: str, source: str, group: str = "tools") 
     )
     if not supports_tool_calling(tokenizer):
         raise ConfigError(f"{group}: model '{path}' cannot call tools with {source}; {fix}")
-    has = (getattr(tokenizer, a, None) is not None for a in ("response_template", "response_schema"))
-    if not any(has):
+    if all(getattr(tokenizer, a, None) is None for a in ("response_template", "response_schema")):
         try:
             add_response_schema(tokenizer)
         except ValueError:

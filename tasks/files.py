@@ -105,18 +105,17 @@ def _read_file(path: Path) -> Table:
         ) from None
     if kind in ("jsonl", "json"):
         rows = (_json_lines if kind == "jsonl" else _json_rows)(source, text)
-        columns: dict[str, None] = {}
         for i, row in enumerate(rows):
             if not isinstance(row, dict):
                 raise ValueError(  # noqa: TRY004 - bad user data, reported like every other config error
                     f"path '{source}': row {i} is {type(row).__name__}, not an object with named columns"
                 )
-            columns.update(dict.fromkeys(row))
-        return Table(source, list(columns), len(rows), {c: [row.get(c) for row in rows] for c in columns})
-    reader = csv.DictReader(io.StringIO(text, newline=""), delimiter="\t" if kind == "tsv" else ",")
-    rows = list(reader)
-    columns = [c for c in (reader.fieldnames or []) if c is not None]
-    return Table(source, columns, len(rows), {c: [r.get(c) for r in rows] for c in columns})
+        columns = list(dict.fromkeys(column for row in rows for column in row))
+    else:
+        reader = csv.DictReader(io.StringIO(text, newline=""), delimiter="\t" if kind == "tsv" else ",")
+        rows = list(reader)
+        columns = [c for c in (reader.fieldnames or []) if c is not None]
+    return Table(source, columns, len(rows), {c: [row.get(c) for row in rows] for c in columns})
 
 
 @lru_cache(maxsize=4)

@@ -12,6 +12,7 @@ from reasoning_gym.dataset import ProceduralDataset
 from reasoning_gym.factory import register_dataset
 
 from grpo_common.answers import canonical_answer, match_answer
+from grpo_common.errors import is_number
 from tasks import files
 
 NAME = "qa_file"
@@ -73,9 +74,8 @@ class QAFileConfig:
     def validate(self) -> None:
         if self.answer_format not in _FORMATS:
             raise ValueError(f"answer_format '{self.answer_format}' is not one of: {', '.join(_FORMATS)}")
-        tol = self.rel_tol
-        if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0 <= tol < 1:
-            raise ValueError(f"rel_tol must be a number in [0, 1), got {tol!r}")
+        if not is_number(self.rel_tol) or not 0 <= self.rel_tol < 1:
+            raise ValueError(f"rel_tol must be a number in [0, 1), got {self.rel_tol!r}")
         self.pairs()
 
     def pairs(self) -> tuple:

@@ -22,10 +22,8 @@ def example_program(row: dict[str, Any]) -> str | None:
     return f"def {entry}(*args, **kwargs):\n    return {meta['example_output']!r}\n"
 
 
-def _scores(taskset, task: str, answers: list[str | None], rows: list[dict]) -> list[float]:
-    from tasks.registry import is_code_task
-
-    if is_code_task(task):  # a program goes through the reader and the sandbox, as a completion's does
+def _scores(taskset, code: bool, answers: list[str | None], rows: list[dict]) -> list[float]:
+    if code:  # a program goes through the reader and the sandbox, as a completion's does
         texts = [f"```\n{a}\n```" if a else "" for a in answers]
         return [score for _, score in taskset.judge(texts, rows)]
     return [taskset.score(a, row) for a, row in zip(answers, rows)]
@@ -42,16 +40,16 @@ def chance_table(rows: list[dict[str, Any]], taskset) -> tuple[dict[str, dict[st
     table, labels, best_correct = {}, {}, 0.0
     overall: Counter[str] = Counter()
     for task, task_rows in sorted(by_task.items()):
-        n = len(task_rows)
+        n, code = len(task_rows), is_code_task(task)
         answers = {"empty": [""] * n}
         programs = [example_program(r) for r in task_rows]
-        if not is_code_task(task):
+        if not code:
             labels[task] = Counter(r["answer"] for r in task_rows).most_common(1)[0][0]  # ties: first seen
             answers = {"majority": [labels[task]] * n, **answers}
         elif any(programs):
             answers["example_output"] = programs
         correct = {
-            name: sum(s >= 1.0 for s in _scores(taskset, task, given, task_rows))
+            name: sum(s >= 1.0 for s in _scores(taskset, code, given, task_rows))
             for name, given in answers.items()
         }
         table[task] = {name: c / n for name, c in correct.items()}

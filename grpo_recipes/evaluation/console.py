@@ -105,11 +105,10 @@ def record_hacking(path: Path, check: dict | None) -> None:
     from grpo_recipes.outputs.logs import write_atomic
 
     raised = int(check is not None and check["raised"])
-    if path.is_file():
-        result = json.loads(path.read_text())
-        result["metrics"]["reward_hacking"] = raised
-        if check is not None:
-            result["reward_hacking"] = check
-        write_atomic(path, json.dumps(result, indent=1))
+    result = json.loads(path.read_text())
+    result["metrics"]["reward_hacking"] = raised
+    if check is not None:
+        result["reward_hacking"] = check
+    write_atomic(path, json.dumps(result, indent=1))
     if raised:
         log.warning(alarm_message(check))

@@ -24,8 +24,6 @@ def is_fixed(row: dict[str, Any]) -> bool:
 def rank_shard(indices: list[int], rank: int, world: int) -> list[int]:
     """This rank's share of `indices`, padded with repeats so every rank generates the same number of
     prompts (collective generation, e.g. under ZeRO-3, would hang otherwise)."""
-    if not indices:
-        return []
     shard, per_rank = indices[rank::world], -(-len(indices) // world)
     return shard + (shard[-1:] if shard else indices[:1]) * (per_rank - len(shard))
 
@@ -194,7 +192,7 @@ class FixedEvaluator:
         return [t + float(v) for t, v in zip(totals, env_rewards)]
 
     def run(
-        self, model, accelerator, step: int, out_dir: Path | None, *, first=True, last=True, chance=None
+        self, model, accelerator, step: int, out_dir: Path, *, first=True, last=True, chance=None
     ) -> tuple[dict[str, float], list[dict]]:
         """Generate, score, write and print one eval. The transfer set is generated only at the run's `first`
         and `last` evals (eval_only: both), the first computes the chance line, the last warns when its
@@ -240,14 +238,12 @@ class FixedEvaluator:
             chance, chance_line = metrics["chance/accuracy"], describe(table, labels)
         result["holdout"] = self.taskset.holdout  # {task: what its eval problems keep out of training}
         metrics["seconds"] = round(time.time() - start, 2)
-        if main and out_dir is not None:
+        if main:
+            from grpo_recipes.evaluation import console
             from grpo_recipes.outputs.logs import eval_file, write_atomic
 
             result |= {"verifiers": self.taskset.verifiers(), "examples": examples}
             write_atomic(eval_file(out_dir, step), json.dumps(result, indent=1))
-        if main:
-            from grpo_recipes.evaluation import console
-
             console.log_eval(self, step, metrics, examples, chance_line)
             if last and chance is not None:
                 console.warn_below_chance(step, metrics["accuracy"], chance)

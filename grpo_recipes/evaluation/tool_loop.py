@@ -149,8 +149,7 @@ class ToolLoop:
             r.mask = [1] * len(r.ids)
             r.turns = [self.parse(r.ids, r.prompt_ids)] if r.ids else [{"role": "assistant", "content": ""}]
         active = [r for r in rollouts if r.turns[-1].get("tool_calls")]
-        iteration = 0
-        while iteration < self.max_iterations:
+        for _ in range(self.max_iterations):
             extended = []  # (rollout, prompt + completion + tool results)
             for r in active:
                 results = [call_tool(self.tools_of(r), c) for c in r.turns[-1]["tool_calls"]]
@@ -179,5 +178,4 @@ class ToolLoop:
                     r.turns.append(turn)
                     if turn.get("tool_calls"):
                         active.append(r)
-            iteration += 1
         return rollouts

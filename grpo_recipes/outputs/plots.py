@@ -8,11 +8,6 @@ from pathlib import Path
 STEP, SHARE = "training step", (-0.02, 1.02)  # the x label, and the y range of a share
 
 
-def _smooth(values: list[float]) -> list[float]:
-    window = max(1, len(values) // 10)
-    return [sum(values[max(0, i - window + 1) : i + 1]) / min(i + 1, window) for i in range(len(values))]
-
-
 def series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
     pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
     return [p[0] for p in pts], [p[1] for p in pts]
@@ -33,7 +28,9 @@ def _curve(ax, rows: list[dict], key: str, label: str, color, raw: bool = True, 
         return True
     if raw and len(steps) > 1:
         ax.plot(steps, values, color=color, alpha=0.25, linewidth=1)
-    ax.plot(steps, _smooth(values), color=color, linewidth=2, label=label, **style)
+    window = max(1, len(values) // 10)  # a moving average over the last tenth of the run
+    smooth = [sum(values[max(0, i - window + 1) : i + 1]) / min(i + 1, window) for i in range(len(values))]
+    ax.plot(steps, smooth, color=color, linewidth=2, label=label, **style)
     return True
 
 
@@ -54,20 +51,15 @@ def finish(ax, **labels):
     ax.legend(fontsize=8)
 
 
-def pyplot():
+@contextmanager
+def figure(path: Path, panels: int = 1, height: float = 4.5):
+    """The axes of `panels` panels, one above the other on one step axis, saved to `path` when done."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    return plt
-
-
-@contextmanager
-def figure(path: Path, panels: int = 1, height: float = 4.5, width: float = 8):
-    """The axes of `panels` panels, one above the other on one step axis, saved to `path` when done."""
-    plt = pyplot()
-    fig, axes = plt.subplots(panels, 1, figsize=(width, height), sharex=True, squeeze=False)
+    fig, axes = plt.subplots(panels, 1, figsize=(8, height), sharex=True, squeeze=False)
     yield [row[0] for row in axes]
     fig.tight_layout()
     fig.savefig(path, dpi=110)

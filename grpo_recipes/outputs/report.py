@@ -225,8 +225,7 @@ def write_report(run_dir: str | Path) -> Path:
         lines += level_table(first, last, m0, m1)
         rules = [f"{r}: {m1[f'rule/{r}']:.0%}" for r in rule_names() if f"rule/{r}" in m1]
         lines += [f"Answers found at step {last} by rule: {', '.join(rules)}.", ""]
-        verifiers = evals[last].get("verifiers") or {}
-        if verifiers:
+        if verifiers := evals[last].get("verifiers"):
             scored_by = "; ".join(f"{t}: {v}" for t, v in verifiers.items())
             lines += [f"Scored by: {scored_by} (training uses the same).", ""]
         plots = make_plots(run_dir, train, evals, tasks)

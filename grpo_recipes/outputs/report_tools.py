@@ -31,18 +31,6 @@ def _call(call: dict[str, Any]) -> str:
     return f"`{clean(function.get('name') or '', 40)}({clean(shown, 300)})`"
 
 
-def turn_lines(turns: list[dict[str, Any]]) -> list[str]:
-    out = []
-    for k, turn in enumerate(turns, 1):
-        role = turn.get("role", "?")
-        who = f"tool ({turn['name']})" if role == "tool" and turn.get("name") else role
-        calls = ", ".join(_call(c) for c in turn.get("tool_calls") or [])
-        out.append(
-            f'{k}. {who}: "{clean(turn.get("content") or "", 400)}"' + (f" -> calls {calls}" if calls else "")
-        )
-    return out
-
-
 def tool_section(evals: dict[int, dict]) -> list[str]:
     last = max(evals)
     examples = [e for e in fixed_examples(evals[last]["examples"]) if "turns" in e]
@@ -59,4 +47,11 @@ def tool_section(evals: dict[int, dict]) -> list[str]:
         f"{calls} tool call(s), {errors} error(s)."
     )
     out = ["## Tool use", "", f"At step {last}: {', '.join(shown)}.", "", intro, ""]
-    return out + turn_lines(example["turns"]) + [""]
+    for k, turn in enumerate(example["turns"], 1):
+        role = turn.get("role", "?")
+        who = f"tool ({turn['name']})" if role == "tool" and turn.get("name") else role
+        calls = ", ".join(_call(c) for c in turn.get("tool_calls") or [])
+        out.append(
+            f'{k}. {who}: "{clean(turn.get("content") or "", 400)}"' + (f" -> calls {calls}" if calls else "")
+        )
+    return out + [""]
