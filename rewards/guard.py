@@ -106,7 +106,7 @@ class RewardFaults:
     def _record(self, name: str, error: str, trace: str | None, fn: Callable, kwargs: dict, at) -> None:
         state = kwargs.get("trainer_state")
         record = {"step": state.global_step + 1, "split": "train"} if state is not None else {"split": "eval"}
-        record |= {"reward": name, "error": error.splitlines()[0] if error else "error"}
+        record |= {"reward": name, "error": error.splitlines()[0]}  # never empty: it names the type at least
         if name not in self.first:  # its first failure: one line, and where and on what in the file
             self.first[name] = record["error"]
             log.warning(

@@ -22,8 +22,7 @@ def completion_text(completion: Any) -> str:
         return completion
     if isinstance(completion, list) and completion and isinstance(completion[-1], dict):
         last = next((m for m in reversed(completion) if m.get("role") == "assistant"), completion[-1])
-        content = last.get("content", "")
-        return content if isinstance(content, str) else str(content)
+        return str(last.get("content", ""))
     return "" if completion is None else str(completion)
 
 

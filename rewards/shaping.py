@@ -15,15 +15,9 @@ from rewards.registry import completion_text, entries
 
 
 def _lengths(completions: list, completion_ids: Any, estimate: Callable[[str], float]) -> list[float]:
-    if not (isinstance(completion_ids, (list, tuple)) and len(completion_ids) == len(completions)):
-        completion_ids = [None] * len(completions)
-    out = []
-    for completion, ids in zip(completions, completion_ids):
-        try:
-            out.append(float(len(ids)))
-        except TypeError:  # None or not a sequence
-            out.append(float(estimate(completion_text(completion))))
-    return out
+    if isinstance(completion_ids, (list, tuple)) and len(completion_ids) == len(completions):
+        return [float(len(ids)) for ids in completion_ids]
+    return [float(estimate(completion_text(c))) for c in completions]
 
 
 def tag_count(ctx) -> Callable:

@@ -20,7 +20,6 @@ def tool_errors(ctx):
     reply for a tool that raised or does not exist); 0 without a call."""
 
     def reward(completions, **kwargs) -> list[float]:
-        uses = [tool_use(c) for c in completions]
-        return [-u.errors / u.calls if u.calls else 0.0 for u in uses]
+        return [-u.errors / u.calls if u.calls else 0.0 for u in map(tool_use, completions)]
 
     return reward

@@ -48,9 +48,7 @@ def _value(node: ast.AST) -> int | float:
         if isinstance(result, complex):  # (-8) ** 0.5
             raise Refused("the result is not a real number")
         return result
-    what = type(node).__name__
-    if isinstance(node, ast.Constant):
-        what = f"the constant {node.value!r}"
+    what = f"the constant {node.value!r}" if isinstance(node, ast.Constant) else type(node).__name__
     raise Refused(f"{what} is not arithmetic; use numbers, + - * / // % ** and parentheses")
 
 

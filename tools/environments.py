@@ -95,8 +95,7 @@ class Feedback:
         if not self._entry:
             return f"{ERROR_PREFIX}no question to answer (the environment was not reset)"
         self._turns += 1
-        text = answer if isinstance(answer, str) else str(answer)
-        if self._scorer(text.strip(), self._entry) >= 1.0:
+        if self._scorer(str(answer).strip(), self._entry) >= 1.0:
             self._solved_at = self._turns
             return "correct"
         left = self._max_turns - self._turns
