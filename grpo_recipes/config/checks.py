@@ -11,7 +11,7 @@ from typing import Any
 
 from grpo_common.errors import ConfigError, did_you_mean
 from grpo_recipes.config.cli import trl_hint
-from grpo_recipes.config.knobs import CLOSED_SECTIONS, GROUPS, OPEN_GROUPS, SCHEMA
+from grpo_recipes.config.knobs import CLOSED_SECTIONS, SCHEMA
 from grpo_recipes.config.values import Float, lookup, show
 
 
@@ -27,8 +27,7 @@ def check_values(cfg: Mapping[str, Any], world_size: int | None = None) -> None:
         found, section = lookup(cfg, group) if group else (True, cfg)
         if found and isinstance(section, Mapping):
             prefix = f"{group}." if group else ""
-            known = {k[len(prefix) :].split(".")[0] for k in SCHEMA if k.startswith(prefix)}
-            known |= set() if group else {*GROUPS, *OPEN_GROUPS} - {""}
+            known = {k[len(prefix) :].split(".")[0] for k in SCHEMA if k.startswith(prefix)}  # groups too
             for key in section:
                 if key not in known:
                     raise ConfigError(unknown_key_message(f"{prefix}{key}", sorted(known)))
