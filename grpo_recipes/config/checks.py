@@ -37,8 +37,7 @@ def check_values(cfg: Mapping[str, Any], world_size: int | None = None) -> None:
             "eval (eval.every_n_steps); TRL's eval loop stays off (no)"
         )
     for name, spec in (cfg.get("dataset", {}).get("rewards") or {}).items():
-        weight = spec.get("weight", 1.0) if isinstance(spec, Mapping) else None
-        if spec is not None and not (isinstance(spec, Mapping) and Float().accepts(weight)):
+        if spec is not None and not (isinstance(spec, Mapping) and Float().accepts(spec.get("weight", 1.0))):
             raise ConfigError(
                 f"dataset.rewards.{name}: expected {{weight: <number>, ...options}} or null, got {show(spec)}"
             )
