@@ -11,7 +11,7 @@ from typing import Any
 
 from grpo_common.errors import ConfigError, did_you_mean
 from grpo_recipes.config.cli import trl_hint
-from grpo_recipes.config.knobs import CLOSED_SECTIONS, GROUPS, OPEN_GROUPS, SCHEMA
+from grpo_recipes.config.knobs import CLOSED_SECTIONS, SCHEMA
 from grpo_recipes.config.values import Float, lookup, show
 
 
@@ -27,19 +27,17 @@ def check_values(cfg: Mapping[str, Any], world_size: int | None = None) -> None:
         found, section = lookup(cfg, group) if group else (True, cfg)
         if found and isinstance(section, Mapping):
             prefix = f"{group}." if group else ""
-            known = {k[len(prefix) :].split(".")[0] for k in SCHEMA if k.startswith(prefix)}
-            known |= set() if group else {*GROUPS, *OPEN_GROUPS} - {""}
+            known = {k[len(prefix) :].split(".")[0] for k in SCHEMA if k.startswith(prefix)}  # groups too
             for key in section:
                 if key not in known:
                     raise ConfigError(unknown_key_message(f"{prefix}{key}", sorted(known)))
-    if (cfg.get("grpo") or {}).get("eval_strategy", "no") != "no":
+    if cfg["grpo"].get("eval_strategy", "no") != "no":
         raise ConfigError(
             f"grpo.eval_strategy={show(cfg['grpo']['eval_strategy'])}: the recipe runs its own fixed "
             "eval (eval.every_n_steps); TRL's eval loop stays off (no)"
         )
-    for name, spec in (cfg.get("dataset", {}).get("rewards") or {}).items():
-        weight = spec.get("weight", 1.0) if isinstance(spec, Mapping) else None
-        if spec is not None and not (isinstance(spec, Mapping) and Float().accepts(weight)):
+    for name, spec in cfg["dataset"]["rewards"].items():
+        if spec is not None and not (isinstance(spec, Mapping) and Float().accepts(spec.get("weight", 1.0))):
             raise ConfigError(
                 f"dataset.rewards.{name}: expected {{weight: <number>, ...options}} or null, got {show(spec)}"
             )
@@ -52,18 +50,16 @@ OBJECTIVES = ("accuracy", "mean_score", "format", "mean_length", "truncated")
 
 
 def check_optimized_metric(cfg: Mapping[str, Any]) -> None:
-    """optimized_metric names a metric the final fixed eval reports."""
-    name = cfg.get("optimized_metric")
-    tasks = list((cfg.get("dataset") or {}).get("tasks") or {})
-    pass_k = (cfg.get("eval") or {}).get("pass_k") or {}
-    ks = [k for k in pass_k.get("k") or [] if k <= (pass_k.get("samples") or 0)]
-    metrics = [*OBJECTIVES, *(f"pass@{k}" for k in ks)]
+    """optimized_metric names a metric the final fixed eval reports (the values are checked already)."""
+    name, tasks = cfg["optimized_metric"], list(cfg["dataset"]["tasks"])
+    pass_k = cfg["eval"]["pass_k"]
+    metrics = [*OBJECTIVES, *(f"pass@{k}" for k in pass_k["k"] if k <= pass_k["samples"])]
     accepted = metrics + [f"{t}/{m}" for t in tasks for m in metrics]
     if name not in accepted:
         raise ConfigError(
             f"optimized_metric={show(name)}: not a metric of the fixed eval; accepted: {', '.join(metrics)}, "
             f"or <task>/<metric> for a task of dataset.tasks ({', '.join(tasks)})"
-            + ("; pass@<k> needs eval.pass_k.samples >= k" if name and str(name).startswith("pass@") else "")
+            + ("; pass@<k> needs eval.pass_k.samples >= k" if name.startswith("pass@") else "")
         )
 
 
@@ -176,7 +172,7 @@ def check_curriculum(cfg: Mapping[str, Any]) -> None:
             "dataset.curriculum.enabled=true needs a reward that judges every completion, whose verdicts "
             f"drive the levels: add one of {', '.join(VERDICT_REWARDS)} to dataset.rewards (weight 0 is fine)"
         )
-    grpo = cfg.get("grpo") or {}
+    grpo = cfg["grpo"]
     if grpo.get("dataloader_num_workers", 0):
         raise ConfigError(
             f"grpo.dataloader_num_workers={show(grpo['dataloader_num_workers'])}: with dataset.curriculum "

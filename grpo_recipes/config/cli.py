@@ -11,7 +11,7 @@ import importlib.util
 import re
 from pathlib import Path
 
-from grpo_recipes.config.knobs import GROUPS, OPEN_GROUPS, SCHEMA
+from grpo_recipes.config.knobs import SCHEMA
 
 # Open mappings: any GRPOConfig field, task, reward or transfer set may be named, not only those in the YAML:
 # `key=value` becomes `++key=value`, and the recipe's check names a bad key (close matches) instead of Hydra's
@@ -26,11 +26,8 @@ def rewrite_argv(argv: list[str], config_dir: Path) -> list[str]:
     `report_to=wandb` -> `logger=wandb`); `grpo.x=1` -> `++grpo.x=1` (OPEN_PREFIXES); -m to the front."""
     models = ModelOptions(config_dir / "model")
     loggers = {p.stem for p in (config_dir / "logger").glob("*.yaml")}
-    ours = (
-        {k for k in SCHEMA if "." not in k}
-        | {p.name for p in config_dir.iterdir() if p.is_dir()}
-        | {*GROUPS, *OPEN_GROUPS, "hydra"} - {""}
-    )
+    # the top-level knobs and every group, declared or a folder: never rewritten into grpo
+    ours = {k.split(".")[0] for k in SCHEMA} | {p.name for p in config_dir.iterdir() if p.is_dir()}
     # Hydra's argparse rejects overrides on both sides of -m; accept it anywhere.
     flags = [a for a in argv[1:] if a in ("-m", "--multirun")]
     out = argv[:1] + flags

@@ -222,13 +222,11 @@ def may_change_on_resume(key: str) -> bool:
 
 def defaults(cls: type) -> dict[str, Any]:
     """A declaration's defaults as plain values (TRL_DEFAULT knobs left out)."""
-    out = {}
-    for f in dataclasses.fields(cls):
-        value = f.default_factory() if f.default is dataclasses.MISSING else f.default
-        if value is TRL_DEFAULT:
-            continue
-        out[f.name] = defaults(type(value)) if dataclasses.is_dataclass(value) else value
-    return out
+    return {
+        name: defaults(type(value)) if dataclasses.is_dataclass(value) else value
+        for name, value in vars(cls()).items()
+        if value is not TRL_DEFAULT
+    }
 
 
 @functools.cache  # once per process: the command-line check composes every job of a sweep

@@ -9,16 +9,27 @@ process, which the job then reuses."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra._internal.utils import get_args_parser  # the parser hydra.main reads argv with
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+from omegaconf import OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
+
 from grpo_common.errors import ConfigError, did_you_mean, first_line
 from grpo_recipes.config import resume
 from grpo_recipes.config.checks import check_config, check_values, unknown_key_message
-from grpo_recipes.config.knobs import KNOBS
+from grpo_recipes.config.knobs import KNOBS, register
 
 MAX_JOBS_PLANNED = 512  # a bigger sweep is checked one swept value at a time, each value once
 
@@ -26,8 +37,6 @@ MAX_JOBS_PLANNED = 512  # a bigger sweep is checked one swept value at a time, e
 def parse(argv: list[str]):
     """Hydra's own reading of the command line (the namespace hydra.main gets); None when it runs no job
     (--cfg, --help, --info, ...)."""
-    from hydra._internal.utils import get_args_parser  # the parser hydra.main reads argv with
-
     args = get_args_parser().parse_intermixed_args(argv[1:])  # flags anywhere, as before
     informational = ("help", "hydra_help", "cfg", "info", "shell_completion", "experimental_rerun")
     return None if any(getattr(args, name) for name in informational) else args
@@ -45,10 +54,6 @@ def expand(line) -> tuple[list[list[str]], bool]:
     directories can be planned here. A sweep that is too big, or ranges a search samples from
     (interval(...)), are checked one value at a time; the values a search picks are checked inside each
     job."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import OverrideParseException
-
     try:
         parsed = OverridesParser.create().parse_overrides(line.overrides)
     except OverrideParseException as err:
@@ -80,14 +85,6 @@ def compose(
 ) -> tuple[dict[str, Any], Path]:
     """The resolved config of one job, and its run directory (`job_num`: a sweep's job); Hydra's errors
     as one line. `hydra_cfg` receives the job's launcher and sweeper targets."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.errors import ConfigCompositionException, MissingConfigException
-    from omegaconf import OmegaConf, open_dict
-    from omegaconf.errors import OmegaConfBaseException
-
-    from grpo_recipes.config.knobs import register
-
     register()  # the declared defaults (train_grpo.py registers them too; tests call this directly)
     search = [f"hydra.job.num={job_num}"] if job_num is not None else []
     if line.config_dir is not None:
@@ -148,10 +145,6 @@ def _missing_option(err) -> str:
 
 def _composition_error(err, config_dir: Path, line, overrides: list[str]) -> str:
     """An unknown key (`max_step=100`, `eval.sizes=3`): name it with the close matches at its level."""
-    import re
-
-    from omegaconf import OmegaConf
-
     match = re.search(r"Could not override '([^']+)'", str(err))
     if not match:
         return first_line(err)
@@ -220,8 +213,6 @@ def check(argv: list[str], config_dir: Path) -> list[str]:
 
 def check_search(line) -> None:
     """hparams_search= needs the Optuna sweeper plugin, an optional extra."""
-    import importlib.util
-
     searched = [
         o for o in line.overrides if o.lstrip("+").startswith("hparams_search=") and not o.endswith("=null")
     ]
@@ -238,15 +229,16 @@ def _resume(argv: list[str], config_dir: Path, line, run_dir: Path, plan) -> tup
     overrides = resume.merge_overrides(saved, line.overrides) if saved is not None else line.overrides
     now, _ = compose(config_dir, line, overrides)
     check_values(now)
-    if plan.action == "finished":  # only what this command asks to change counts, not newer defaults
-        resume.check_changes(run_dir, compose(config_dir, line, saved)[0] if saved is not None else now, now)
+    # changes from its config.yaml; a finished run's from its overrides composed again, so that only what
+    # this command asks to change counts, not newer defaults
+    before = resume.saved_config(run_dir) if plan.action == "resume" else None
+    if before is None:
+        before = compose(config_dir, line, saved)[0] if saved is not None else now
+    resume.check_changes(run_dir, before, now)
+    if plan.action == "finished":
         resume.check_finished(run_dir, now["max_steps"])
         print(resume.finished_message(run_dir))
         sys.exit(0)
-    before = resume.saved_config(run_dir) or (
-        compose(config_dir, line, saved)[0] if saved is not None else now
-    )
-    resume.check_changes(run_dir, before, now)
     resume.check_resume_point(run_dir, now["max_steps"])
     return argv[:1] + config_flags(line) + overrides, [(now, run_dir)]
 

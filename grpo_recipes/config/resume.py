@@ -12,6 +12,8 @@ Import-light: the command-line check (preflight.py) plans a run before Hydra cre
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,8 +30,6 @@ RUN_FILES = ("config.yaml", "metrics.jsonl", "train_results.json")
 
 
 def finished_step(run_dir: Path) -> int | None:
-    import json
-
     try:
         return int(json.loads((run_dir / "train_results.json").read_text()).get("final_eval_step"))
     except (OSError, ValueError, TypeError):
@@ -79,8 +79,6 @@ def plan_run(run_dir: Path, resume: bool | str, eval_only: bool = False, main: b
 def last_checkpoint_step(run_dir: Path, main: bool | None = None) -> int | None:
     """The step of the checkpoint a resume continues from: the newest whole checkpoint-<N>, the damaged ones
     after it set aside (outputs/checkpoints.py). `main`: rank 0, read from RANK when not given."""
-    import os
-
     from grpo_recipes.outputs.checkpoints import usable_checkpoint  # imported here: this module stays light
 
     main = int(os.environ.get("RANK", "0")) == 0 if main is None else main

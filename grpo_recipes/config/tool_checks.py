@@ -31,7 +31,7 @@ def check_tools(cfg: Mapping[str, Any]) -> None:
             f"grpo.max_tool_calling_iterations={cap}: env=feedback needs at least env.max_turns={turns} "
             "tool-calling turns (one per answer submitted); raise it, or lower env.max_turns"
         )
-    for key, spec in (cfg["dataset"]["rewards"] or {}).items():
+    for key, spec in cfg["dataset"]["rewards"].items():
         fn = spec.get("fn", key) if isinstance(spec, Mapping) else key
         if spec is not None and fn in TOOL_REWARDS and not names:
             raise ConfigError(

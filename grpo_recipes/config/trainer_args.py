@@ -6,9 +6,12 @@ extends it (`RecipeGRPOConfig`)."""
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import json
 import re
+import types
+import typing
 from typing import Any
 
 from grpo_common.errors import ConfigError, did_you_mean
@@ -117,8 +120,6 @@ def build_grpo_config(grpo: dict[str, Any]):
     """GRPOConfig(**grpo), after checking every field against the type TRL declares for it; TRL's own
     rules (its __post_init__) as one ConfigError naming the key. `activation_checkpointing: null` (auto)
     stays off until the model is loaded (assemble.get_training_args)."""
-    import typing
-
     if grpo.get("activation_checkpointing") is None and grpo.get("gradient_checkpointing") is None:
         grpo = {**grpo, "activation_checkpointing": False}  # not None: TRL would read None as its default, on
 
@@ -157,10 +158,6 @@ def name_the_key(message: str, grpo: dict[str, Any]) -> str:
 
 def _matches(value: Any, tp: Any) -> bool:
     """Exact typing: an int is a float, a bool is not an int; unknown classes pass (TRL checks them)."""
-    import enum
-    import types
-    import typing
-
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if tp is Any:
         return True

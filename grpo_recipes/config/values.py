@@ -5,6 +5,7 @@ bool, or of `abc` to a number."""
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -95,12 +96,8 @@ def show(value: Any) -> str:
     return str(value)
 
 
-def Int(low=None, **kw) -> Value:
-    return Value("int", low=low, **kw)
-
-
-def Float(low=None, **kw) -> Value:
-    return Value("float", low=low, **kw)
+# Int(low, high=.., above=.., below=.., optional=..): Value's fields after its kind
+Int, Float = functools.partial(Value, "int"), functools.partial(Value, "float")
 
 
 def Choice(*choices, optional=False) -> Value:
@@ -108,6 +105,7 @@ def Choice(*choices, optional=False) -> Value:
 
 
 BOOL, STR, OPT_STR = Value("bool"), Value("str"), Value("str", optional=True)
+OPT_BOOL = Value("bool", optional=True)
 COUNT, STEPS = Int(1), Int(0)  # a positive count; a step number or a count that may be zero
 PROB = Float(0, high=1)
 
@@ -122,7 +120,6 @@ def lookup(cfg: Mapping[str, Any], dotted: str) -> tuple[bool, Any]:
     return True, node
 
 
-OPT_BOOL = Value("bool", optional=True)
 TRL_DEFAULT = object()  # a GRPOConfig field the recipe only range-checks: TRL's default, not in the config
 
 
