@@ -15,13 +15,17 @@ the check, `--cfg job` and `--help` stay fast.
 import sys
 from pathlib import Path
 
+from grpo_recipes.models.hardware import relaunch_with_malloc_tunables
+
+if __name__ == "__main__":  # first, so that the process it replaces has imported nothing else
+    relaunch_with_malloc_tunables()  # glibc's allocator tuned for training steps (hardware.py)
+
 import hydra
 from omegaconf import DictConfig
 
 from grpo_recipes.config.cli import rewrite_argv
 from grpo_recipes.config.knobs import register
 from grpo_recipes.config.preflight import check_command_line
-from grpo_recipes.models.hardware import relaunch_with_malloc_tunables
 
 CONFIG_DIR = Path(__file__).resolve().parent / "config"
 register()  # every group's declared defaults, before Hydra composes
@@ -35,6 +39,5 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
-    relaunch_with_malloc_tunables()  # glibc's allocator tuned for training steps (hardware.py)
     sys.argv = check_command_line(rewrite_argv(sys.argv, CONFIG_DIR), CONFIG_DIR)
     main()

@@ -108,3 +108,23 @@ def test_the_new_knob_is_declared_once_and_classified_for_resume(project):
 def test_the_readme_config_reference_is_the_declaration():
     table = README.split("<!-- knobs:start -->\n", 1)[1].split("<!-- knobs:end -->", 1)[0]
     assert table.strip() == knob_table().strip(), "regenerate it: python -m grpo_recipes.config"
+
+
+@pytest.mark.parametrize(
+    "knob",
+    [
+        "no_signal_warning",
+        "log_samples_count",
+        "fast_paths",
+        "eval_per_level",
+        "dynamic_sampling_max_draws",
+        "print_examples",
+    ],
+)
+def test_a_knob_is_named_by_its_declaration_and_its_consumers_only(knob):
+    """No parallel table of knobs: a knob's name appears in its declaration and the few modules that read
+    it (at most 3 files of product code), not in lists that restate it."""
+    packages = ("grpo_recipes", "rewards", "tasks", "grpo_common", "tools", "hydra_plugins")
+    files = [p for d in packages for p in (ROOT / d).rglob("*.py")] + [ROOT / "train_grpo.py"]
+    naming = [str(p.relative_to(ROOT)) for p in files if re.search(rf"\b{knob}\b", p.read_text())]
+    assert len(naming) <= 3, naming

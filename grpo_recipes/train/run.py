@@ -23,7 +23,7 @@ from grpo_recipes.models.hardware import half_precision_warning, malloc_tuning
 from grpo_recipes.outputs.logs import append_metrics, drop_evals_after, load_evals, setup_console
 from grpo_recipes.train.assemble import Setup, assemble
 from grpo_recipes.train.stopping import Interrupted, crashed, full_disk, stopped, trim_metrics_after
-from grpo_recipes.train.trainer import Training, build_trainer, describe, make_evaluator
+from grpo_recipes.train.trainer import Training, build_trainer, describe, eval_model, make_evaluator
 
 log = logging.getLogger("grpo_recipes")
 
@@ -90,16 +90,13 @@ def eval_only(cfg: dict[str, Any], run_dir: Path, s: Setup) -> float:
     from transformers import TrainerState
 
     from grpo_recipes.outputs.report import write_report
-    from grpo_recipes.train.fast_generation import fast_generation
 
     # The precision training would use (the Trainer wraps forward in bf16 autocast when bf16 is on),
     # so that eval_only on a checkpoint reproduces that run's eval exactly.
     mixed = "bf16" if s.args.bf16 else ("fp16" if s.args.fp16 else "no")
     accelerator = Accelerator(cpu=s.args.use_cpu, mixed_precision=mixed)  # where training runs
     describe(cfg, run_dir, s, accelerator)
-    model = accelerator.prepare_model(s.model, evaluation_mode=True).eval()  # prepared as training's
-    if s.args.fast_paths is not False:  # generating on training's fast path, unless it is off
-        fast_generation(model, accelerator)
+    model = eval_model(s, accelerator)
     state = Path(cfg["model"]["path"]).expanduser() / "trainer_state.json"  # a checkpoint's; base model: 0
     step = TrainerState.load_from_json(str(state)).global_step if state.is_file() else 0
     metrics, _ = make_evaluator(cfg, s).run(model, accelerator, step, run_dir / "eval_results")

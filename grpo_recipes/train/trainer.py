@@ -34,6 +34,16 @@ def make_evaluator(cfg: dict[str, Any], s: Setup):
     )
 
 
+def eval_model(s: Setup, accelerator):
+    """eval_only's model, prepared as training's and generating on the same fast path (unless it is off)."""
+    from grpo_recipes.train.fast_generation import fast_generation
+
+    model = accelerator.prepare_model(s.model, evaluation_mode=True).eval()
+    if s.args.fast_paths is not False:
+        fast_generation(model, accelerator)
+    return model
+
+
 def describe(cfg: dict[str, Any], run_dir: Path, s: Setup, accelerator) -> None:
     from grpo_recipes.models.hardware import running_engine
 
