@@ -44,7 +44,9 @@ def trained_as_asked(run: Path, steps: int = 2) -> list[dict]:
     assert [r["step"] for r in lines if r["split"] == "eval"] == [0, steps]
     for step in (0, steps):
         ev = json.loads((run / "eval_results" / f"eval_step_{step}.json").read_text())
-        assert ev["metrics"]["num_examples"] == len(ev["examples"]) > 0
+        fixed = [e for e in ev["examples"] if e.get("eval_set") is None and e.get("eval_level") is None]
+        assert ev["metrics"]["num_examples"] == len(fixed) == 8  # eval.size; the transfer set's rows apart
+        assert len(ev["examples"]) > len(fixed)  # the transfer set was evaluated too (at step 0 and the end)
         assert all(math.isfinite(v) for v in ev["metrics"].values() if isinstance(v, float))
     return lines
 
