@@ -51,8 +51,10 @@ def default_setup(eval_size: int | None = None):
     from grpo_recipes.config.knobs import register
     from grpo_recipes.models.loading import load_model_and_tokenizer
     from grpo_recipes.train.data import build_datasets
+    from grpo_recipes.train.run import ignore_trl_deprecations
 
     register()  # the declared defaults, as train_grpo.py registers them
+    ignore_trl_deprecations()  # as a run does
     overrides = [f"eval.size={eval_size}"] if eval_size else []
     with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "config")):
         cfg = compose("train", overrides=overrides)

@@ -38,15 +38,19 @@ def console(run_dir: Path | None, main: bool):
         sys.stdout, sys.stderr = saved
 
 
-def train(cfg: DictConfig) -> float:
-    """Returns the final fixed eval's `optimized_metric` (for sweepers: hparams_search)."""
-    # TRL 1.16 still calls transformers' deprecated gradient_checkpointing aliases (every step; around each
-    # generation when checkpointing is on): not the user's to fix.
+def ignore_trl_deprecations() -> None:
+    """TRL 1.16 still calls transformers' deprecated gradient_checkpointing aliases (every step; around each
+    generation when checkpointing is on): not the user's to fix."""
     warnings.filterwarnings(
         "ignore",
         message=".*(is_gradient_checkpointing|gradient_checkpointing_(en|dis)able).*",
         category=FutureWarning,
     )
+
+
+def train(cfg: DictConfig) -> float:
+    """Returns the final fixed eval's `optimized_metric` (for sweepers: hparams_search)."""
+    ignore_trl_deprecations()
     container = OmegaConf.to_container(cfg, resolve=True)
     run_dir = Path(container["output_dir"])
     main = int(os.environ.get("RANK", "0")) == 0
