@@ -96,12 +96,14 @@ def test_tag_answers_are_taken_as_written(text, answer):
 
 
 def test_huge_inputs_stay_fast():
+    """No regex backtracks over a long completion: each takes ~5 ms here, a quadratic one minutes. CPU time,
+    not wall time, so a loaded machine (CI: two workers beside pip) cannot fail it."""
     import time
 
     for text in ("<answer>" * 100_000, "[ANSWER]\n" * 100_000, "1," * 100_000, "answer is " * 100_000):
-        start = time.perf_counter()
+        start = time.thread_time()
         PLAIN.extract(text)
-        assert time.perf_counter() - start < 0.5
+        assert time.thread_time() - start < 2.0
 
 
 def test_non_string_input_is_scored_not_raised():

@@ -194,12 +194,12 @@ ADVERSARIAL = [
 
 @pytest.mark.parametrize("text", ADVERSARIAL, ids=[f"adversarial{i}" for i in range(len(ADVERSARIAL))])
 def test_adversarial_texts_stay_fast(text):
-    start = time.perf_counter()
+    start = time.thread_time()  # CPU time: a loaded machine cannot fail it, a backtracking regex does
     FORMATS["plain"].extract(text)
     for fmt in FORMATS:
         for strict in (True, False):
             FORMATS[fmt].is_formatted(text, strict)
-    assert time.perf_counter() - start < 2.0
+    assert time.thread_time() - start < 2.0
 
 
 @SETTINGS

@@ -149,10 +149,10 @@ def test_the_calculator_evaluates_arithmetic(calculator, expression, value):
     ],
 )
 def test_the_calculator_refuses_everything_else_with_an_error(calculator, expression):
-    start = time.monotonic()
+    start = time.thread_time()  # CPU time (the calculator runs in this thread): load cannot fail it
     reply = calculator(expression=expression)
     assert reply.startswith(ERROR_PREFIX), reply
-    assert time.monotonic() - start < 1 and not Path("/tmp/grpo-calc").exists()
+    assert time.thread_time() - start < 1 and not Path("/tmp/grpo-calc").exists()
 
 
 def test_each_tool_has_the_schema_trl_builds_from_its_signature_and_docstring():
