@@ -159,9 +159,9 @@ def test_stop_on_signal_then_resume(signum, tmp_path):
         sys.executable,
         str(ROOT / "train_grpo.py"),
         *TINY,
-        "max_steps=120",
-        "grpo.save_steps=10",
-        "eval.every_n_steps=50",
+        "max_steps=60",
+        "grpo.save_steps=5",
+        "eval.every_n_steps=25",
         f"output_root={tmp_path}",
         "run_name=r",
     ]
@@ -171,7 +171,7 @@ def test_stop_on_signal_then_resume(signum, tmp_path):
     while time.time() < deadline:  # wait until training is under way
         if (
             metrics.exists()
-            and sum(1 for line in metrics.read_text().splitlines() if '"train/reward"' in line) >= 20
+            and sum(1 for line in metrics.read_text().splitlines() if '"train/reward"' in line) >= 10
         ):
             break
         time.sleep(0.05)
@@ -183,7 +183,7 @@ def test_stop_on_signal_then_resume(signum, tmp_path):
     assert "resume=true" in out
     stopped = [r for r in read_jsonl(metrics) if "train/reward" in r]  # every line is whole JSON
     last = stopped[-1]["step"]
-    assert 20 <= last < 120
+    assert 10 <= last < 60
     assert (tmp_path / "r" / f"checkpoint-{last}").is_dir()
     assert not (tmp_path / "r" / "train_results.json").exists()
     if signum == signal.SIGINT:
@@ -196,12 +196,12 @@ def test_stop_on_signal_then_resume(signum, tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     lines = read_jsonl(metrics)
     steps = [r["step"] for r in lines if "train/reward" in r]
-    assert steps == list(range(1, 121))  # the same final step count, no duplicated lines
-    assert [r["step"] for r in lines if r["split"] == "eval"] == [0, 50, 100, 120]
+    assert steps == list(range(1, 61))  # the same final step count, no duplicated lines
+    assert [r["step"] for r in lines if r["split"] == "eval"] == [0, 25, 50, 60]
     first = json.loads((tmp_path / "r" / "eval_results/eval_step_0.json").read_text())
-    final = json.loads((tmp_path / "r" / "eval_results/eval_step_120.json").read_text())
+    final = json.loads((tmp_path / "r" / "eval_results/eval_step_60.json").read_text())
     assert [e["question"] for e in first["examples"]] == [e["question"] for e in final["examples"]]
-    assert json.loads((tmp_path / "r" / "train_results.json").read_text())["final_eval_step"] == 120
+    assert json.loads((tmp_path / "r" / "train_results.json").read_text())["final_eval_step"] == 60
 
 
 @pytest.mark.slow
