@@ -147,6 +147,8 @@ def stopped(cfg: dict[str, Any], run_dir: Path, training) -> Interrupted:
         log.error("Stopping: %s", training.stop.reason)
     step = training.trainer.state.global_step
     log.warning(f"Stopped at step {step} with checkpoint-{step} saved. Continue with: {resume_command(cfg)}")
+    # A rank that exits non-zero makes torchrun end the others: none leaves before rank 0 has said the above
+    training.trainer.accelerator.wait_for_everyone()
     return Interrupted(training.stop.exit_code)
 
 
