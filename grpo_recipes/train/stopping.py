@@ -172,7 +172,6 @@ def crashed(err: Exception, cfg: dict[str, Any], run_dir: Path, training) -> Exc
             saved = f"checkpoint-{step} saved (the last completed step). "
         except Exception as again:  # noqa: BLE001 - the first error is the one to report
             write_to_log_file(f"saving checkpoint-{step} after the crash failed: {again!r}")
-    _report(trainer, run_dir)
     last = last_checkpoint_step(run_dir)
     error = f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"
     where = f"checkpoint-{last}" if last is not None else "the start"
@@ -180,6 +179,9 @@ def crashed(err: Exception, cfg: dict[str, Any], run_dir: Path, training) -> Exc
         f"Training failed in step {step + 1}: {error} (traceback: {run_dir / 'train.log'}). {saved}Continue "
         f"from {where} with: {resume_command(cfg)}"
     )
+    # after the line: a rank that crashed too may exit first, and torchrun then ends this one (no barrier
+    # here: another rank may not have crashed, and would never reach it)
+    _report(trainer, run_dir)
     return Interrupted(1)
 
 
