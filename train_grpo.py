@@ -42,7 +42,8 @@ def main(cfg: DictConfig) -> float:
 
 if __name__ == "__main__":
     # However the run ends, Python's shutdown would then garbage-collect every object torch, TRL and the run
-    # made (1.3-3 s here). Frozen by the last atexit handler, they go back with the process instead.
+    # made (1.3-3 s here). Frozen at exit (after the atexit handlers of what the run imports), they go back
+    # with the process instead.
     atexit.register(gc.freeze)
     sys.argv = check_command_line(rewrite_argv(sys.argv, CONFIG_DIR), CONFIG_DIR)
     main()
