@@ -68,9 +68,10 @@ def run_child(root: str, request: dict) -> None:
         runpy.run_path(script, run_name="__main__")
         code = 0
     except SystemExit as stop:  # the interpreter's rules: None is 0, an int is itself, else print it, 1
-        code = 0 if stop.code is None else stop.code if isinstance(stop.code, int) else 1
-        if not isinstance(stop.code, int | None):
-            print(stop.code, file=sys.stderr)
+        code = 0 if stop.code is None else stop.code
+        if not isinstance(code, int):
+            print(code, file=sys.stderr)
+            code = 1
     except KeyboardInterrupt:  # the interpreter prints it and dies by SIGINT
         traceback.print_exc()
         leave(0, die_by=signal.SIGINT)
