@@ -5,8 +5,9 @@ fits, else LoRA.
     python -m benchmarks.gpu_memory_estimate            # every preset, the table quoted in the YAML files
 
 Model shapes are those of each model's config.json on the hub (hidden size, layers, MLP width, KV
-heads, vocabulary). The arithmetic, per GPU, with the dtypes a run loads (grpo_recipes/models/hardware.py,
-`weights_dtype`: AdamW writing into bf16 weights would round away most updates at GRPO's learning rates):
+heads, vocabulary). The arithmetic, per GPU, with the dtypes a run loads by default
+(grpo_recipes/models/hardware.py, `weights_dtype`; `model.dtype=bf16` halves the first figure below, trained
+by the stochastically rounding AdamW of grpo_recipes/models/bf16_adamw.py):
   - a full fine-tune: fp32 weights, gradients, AdamW m and v, 4 + 4 + 4 + 4 = 16 bytes per parameter,
     and autocast's bf16 copy of the weights while a pass runs, 2 more (beta > 0 adds a reference
     model in the policy's fp32, 4 more: a bf16 one would start 8e-3 nats a token of KL away from the

@@ -92,7 +92,7 @@ def test_a_users_run_with_trl_names_trackio_and_samples(tmp_path):
         "experiment=mine",
         "model_name_or_path=tiny-random",  # TRL's name
         "num_generations=4",  # a GRPOConfig field at the top level
-        "torch_dtype=bfloat16",  # a GPU script's habit: AdamW then updates bf16 weights in place (a warning)
+        "torch_dtype=bfloat16",  # a GPU script's habit: bf16 weights, trained by the rounding AdamW
         "report_to=trackio",  # -> logger=trackio
         "log_samples_every=1",
         f"output_root={tmp_path}",
@@ -109,8 +109,8 @@ def test_a_users_run_with_trl_names_trackio_and_samples(tmp_path):
     assert cfg["dataset"]["name"] == "my_sums" and cfg["grpo"]["num_generations"] == 4
     assert cfg["model"]["path"] == "tiny-random" and cfg["report_to"] == "trackio"
     log = (run / "train.log").read_text()
-    assert "parameters, bfloat16)" in log  # as asked, and told once what it costs
-    assert log.count("model.dtype=bfloat16: AdamW trains the bfloat16 weights in place, and even a full") == 1
+    assert "parameters, bfloat16)" in log  # as asked, and told once how they train
+    assert log.count("AdamW on the bf16 weights in fp32 math, weights and moments rounded stochastic") == 1
     # samples.jsonl: what the model wrote at each step, with each reward and the answer read
     samples = read_jsonl(run / "samples.jsonl")
     assert sorted({s["step"] for s in samples}) == [1, 2]

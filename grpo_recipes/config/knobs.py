@@ -96,7 +96,11 @@ class Lora:
 class Model:
     name: str = knob("???", STR, "the model's short name (in run_name)")
     path: str = knob("???", STR, "a hub id, a local dir, embedded:<name> or tiny-random")
-    dtype: str = knob("auto", Choice(*DTYPE_NAMES), "auto: fp32; bf16 on a GPU under LoRA, DeepSpeed, FSDP")
+    dtype: str = knob(
+        "auto",
+        Choice(*DTYPE_NAMES),
+        "auto: fp32 (bf16 on a GPU under LoRA, DeepSpeed, FSDP); bf16: half the memory",
+    )
     attn_implementation: Any = knob(None, OPT_STR, "null: transformers' default (sdpa)", resume=True)
     chat_template: Any = knob(None, OPT_STR, "the tokenizer's, replaced: Jinja, a .jinja file, or trl:<name>")
     tool_chat_template: Any = knob(None, OPT_STR, "the template with tools= (when its own cannot call tools)")

@@ -159,8 +159,8 @@ def launched_engine(env: Mapping[str, str] = os.environ) -> str | None:
 def weights_dtype(model_cfg: dict[str, Any], on_gpu: bool) -> str:
     """`model.dtype` as a torch dtype name. `auto`: the checkpoint's bf16 on a GPU that has it, where LoRA
     (PEFT's fp32 adapters), DeepSpeed or FSDP keeps the trained weights in fp32; fp32 otherwise (TRL's own
-    default), computing in bf16 under `bf16=true` autocast. AdamW writing into bf16 weights would round away
-    any update under half a bf16 step (1/512 of the weight): at GRPO's learning rates, most of them."""
+    default), computing in bf16 under `bf16=true` autocast. `bf16` asked for: half the memory, trained by
+    models/bf16_adamw.py's AdamW, whose stochastic rounding keeps the updates under half a bf16 step."""
     import torch
 
     dtype = model_cfg["dtype"]
@@ -171,9 +171,10 @@ def weights_dtype(model_cfg: dict[str, Any], on_gpu: bool) -> str:
 
 
 def half_precision_warning(model, model_cfg: dict[str, Any], learning_rate: float) -> str | None:
-    """One line when AdamW will update half-precision weights in place (a full fine-tune asked for bf16, or
-    QLoRA's adapters, which TRL casts to bf16): the share of the trained weights that even a full step of
-    `learning_rate` (Adam's largest, its first) cannot move. None under an engine that keeps fp32 weights."""
+    """One line when an optimizer will round half-precision weights to nearest in place (fp16 weights, or
+    bf16 ones with a `grpo.optim` other than the AdamW that bf16_adamw.py replaces): the share of the trained
+    weights that even a full step of `learning_rate` (Adam's largest, its first) cannot move. None under an
+    engine that keeps fp32 weights."""
     import torch
 
     trained = [p for p in model.parameters() if p.requires_grad]

@@ -113,7 +113,9 @@ def eval_only(cfg: dict[str, Any], run_dir: Path, s: Setup) -> float:
 def _train(cfg: dict[str, Any], run_dir: Path, s: Setup, training: Training) -> float:
     trainer, stop = training.trainer, training.stop
     describe(cfg, run_dir, s, trainer.accelerator)
-    if warning := half_precision_warning(s.model, cfg["model"], cfg["learning_rate"]):
+    if training.optimizer:
+        log.info(training.optimizer)
+    elif warning := half_precision_warning(s.model, cfg["model"], cfg["learning_rate"]):
         log.warning(warning)
     if (lora := s.peft_config) is not None:
         targets = lora.target_modules if isinstance(lora.target_modules, str) else sorted(lora.target_modules)

@@ -71,6 +71,7 @@ class Training(NamedTuple):
     evaluation: Any  # FixedEvalCallback
     stop: Any  # GracefulStop
     speedups: str  # the fast paths installed, and why any is not
+    optimizer: str | None  # how AdamW trains bf16 weights (models/bf16_adamw.py), or None: TRL's optimizer
 
 
 def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
@@ -81,6 +82,7 @@ def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
     from grpo_recipes.config.trainer_args import name_the_key
     from grpo_recipes.evaluation.callback import FixedEvalCallback
     from grpo_recipes.evaluation.generation import VLLMGenerator, end_ids
+    from grpo_recipes.models import bf16_adamw
     from grpo_recipes.outputs.logs import ConciseProgressCallback, MetricsFileCallback, NoSignalWarning
     from grpo_recipes.train import fast_paths
     from grpo_recipes.train.samples import SampleRecorder
@@ -142,4 +144,4 @@ def build_trainer(cfg: dict[str, Any], run_dir: Path, s: Setup) -> Training:
         from grpo_recipes.models.weights import CompleteShardedCheckpoints
 
         trainer.add_callback(CompleteShardedCheckpoints())
-    return Training(trainer, evaluation, stop, fast_paths.apply(trainer))
+    return Training(trainer, evaluation, stop, fast_paths.apply(trainer), bf16_adamw.install(trainer))
