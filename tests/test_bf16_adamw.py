@@ -125,6 +125,26 @@ def test_without_a_compiler_the_torch_ops_run_and_the_run_says_so(tmp_path, monk
         bf16_adamw.cpu_kernel.cache_clear()
 
 
+def test_a_damaged_kernel_in_the_cache_is_dropped_and_built_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRPO_RECIPES_CACHE", str(tmp_path / "first"))
+    bf16_adamw.cpu_kernel.cache_clear()
+    try:
+        assert not isinstance(bf16_adamw.cpu_kernel(), str)
+        (library,) = (tmp_path / "first" / "kernels").glob("*.so")
+        # another cache (this process keeps the first one loaded) holding it cut short, as by a full disk
+        damaged = tmp_path / "second" / "kernels" / library.name
+        damaged.parent.mkdir(parents=True)
+        damaged.write_bytes(library.read_bytes()[:100])
+        monkeypatch.setenv("GRPO_RECIPES_CACHE", str(tmp_path / "second"))
+        bf16_adamw.cpu_kernel.cache_clear()
+        assert bf16_adamw.cpu_kernel().startswith(f"cannot load {library.name}:")  # this run: torch ops
+        bf16_adamw.cpu_kernel.cache_clear()
+        assert not isinstance(bf16_adamw.cpu_kernel(), str)  # the next one compiles it again
+        assert damaged.stat().st_size > 1000
+    finally:
+        bf16_adamw.cpu_kernel.cache_clear()
+
+
 def fake_trainer(dtype, optim="adamw_torch_fused", deepspeed=False, trained=True):
     model = torch.nn.Linear(4, 4, dtype=dtype).requires_grad_(trained)
     args = types.SimpleNamespace(

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import threading
 import zlib
+from collections.abc import Callable
 
 import torch
 
@@ -56,7 +57,7 @@ PIECE = 1 << 20  # elements per kernel call: pieces of the weights are shared am
 
 
 @functools.cache
-def cpu_kernel() -> ctypes._CFuncPtr | str:
+def cpu_kernel() -> Callable[..., None] | str:
     """The compiled kernel, or why there is none (a string)."""
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if not compiler:
@@ -69,13 +70,21 @@ def cpu_kernel() -> ctypes._CFuncPtr | str:
         source.write_text(KERNEL)
         # no -march=native: the cache may be shared by machines of other CPUs (target_clones picks at load)
         command = [compiler, "-O3", "-fno-math-errno", "-shared", "-fPIC", str(source), "-o", str(built)]
-        done = subprocess.run(command, capture_output=True, text=True)
-        source.unlink()
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            return f"{compiler} failed: {type(err).__name__}: {err}"
+        finally:
+            source.unlink()
         if done.returncode:
             last = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
             return f"{compiler} failed: {last}"
         os.replace(built, library)
-    kernel = ctypes.CDLL(str(library)).adamw_bf16
+    try:
+        kernel = ctypes.CDLL(str(library)).adamw_bf16
+    except (OSError, AttributeError) as err:  # a damaged cache: the next run builds it again
+        library.unlink(missing_ok=True)
+        return f"cannot load {library.name}: {err}"
     kernel.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] + [ctypes.c_float] * 8 + [ctypes.c_uint32]
     kernel.restype = None
     return kernel
