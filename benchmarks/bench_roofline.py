@@ -1,7 +1,7 @@
 """The default training step against this machine's limit: per phase, the roofline bound and the time it
 takes.
 
-    python -m benchmarks.bench_roofline [--steps 10] [--set max_completion_length=64 ...]
+    python -m benchmarks.bench_roofline [--steps 10] [--set max_completion_length=64 ...] [--bf16-weights]
 
 1. The machine's peaks, measured here: bf16 matrix-multiply FLOP/s at the model's own shapes (the best of
    a few row counts) and read bandwidth (the faster of summing a 1 GiB fp32 tensor and a matrix-vector
@@ -12,9 +12,10 @@ takes.
    LM-head row per completion. Decode: one pass per generated token, reading every bf16 weight and the KV
    cache. Training forward: every token through the body, the LM head on completion tokens only; backward:
    twice its FLOPs. Optimizer: AdamW reading fp32 weights, gradients and two moments (16 bytes a
-   parameter); its writes go back to the lines it just read and ride along (measured here: a fused AdamW
-   step moves 28 bytes a parameter at ~44 GB/s, an in-place add reads and writes at ~38 GB/s, while no
-   read-only kernel passes ~29 GB/s): counted at the read bandwidth they made a "bound" AdamW beat (0.7x).
+   parameter; 8 with --bf16-weights: the recipe's model.dtype=bf16 and its BF16AdamW); its writes go back
+   to the lines it just read and ride along (measured here: a fused AdamW step moves 28 bytes a parameter
+   at ~44 GB/s, an in-place add reads and writes at ~38 GB/s, while no read-only kernel passes ~29 GB/s):
+   counted at the read bandwidth they made a "bound" AdamW beat (0.7x).
 3. The recipe's step (grpo/default.yaml, its trainer class and fast paths, as train_grpo.py builds it),
    timed per phase by
    hooks: the model's first forward inside `generate` (prefill), the later ones (decode), the rest of
@@ -73,10 +74,13 @@ def machine_peaks(config, device) -> tuple[float, float]:
     return best, x.numel() * x.element_size() / seconds
 
 
-def step_bounds(config, n_params: int, shapes: dict, peak: float, bandwidth: float) -> dict[str, float]:
+def step_bounds(
+    config, n_params: int, shapes: dict, peak: float, bandwidth: float, weight_bytes: int = 4
+) -> dict[str, float]:
     """Seconds per phase at the machine's limit (shapes: completions B, prompt tokens P, completion
     tokens C (the longest: every pass runs the whole batch), decode passes, and passes: model passes over
-    the batch with gradients or for old/reference log-probs)."""
+    the batch with gradients or for old/reference log-probs; weight_bytes: 4 for fp32 weights, gradients
+    and AdamW moments, 2 for bf16 ones)."""
     B, P, C = shapes["completions"], shapes["prompt_tokens"], shapes["completion_tokens"]
     passes = shapes["decode_passes"]
     d, layers, vocab = config.hidden_size, config.num_hidden_layers, config.vocab_size
@@ -104,7 +108,9 @@ def step_bounds(config, n_params: int, shapes: dict, peak: float, bandwidth: flo
         "sampling and the generate loop": 0.0,
         "training forward": shapes["passes"] * bound(forward_flops, 4 * n_params),
         "backward": bound(2 * forward_flops, 8 * n_params),
-        "optimizer (AdamW)": bound(0, 16 * n_params),  # reads p, g, m, v (fp32); writes p, m, v in place
+        "optimizer (AdamW)": bound(
+            0, 4 * weight_bytes * n_params
+        ),  # reads p, g, m, v; writes p, m, v in place
         "the rest (rewards, data, logging)": 0.0,
     }
 
@@ -168,18 +174,22 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="GRPOConfig overrides")
+    parser.add_argument(
+        "--bf16-weights", action="store_true", help="model.dtype=bf16: bf16 weights trained by BF16AdamW"
+    )
     args = parser.parse_args()
 
     from grpo_recipes.config.trainer_args import build_grpo_kwargs, recipe_grpo_config_class
+    from grpo_recipes.models import bf16_adamw
     from grpo_recipes.models.hardware import detect_hardware, malloc_tuning, resolve_activation_checkpointing
     from grpo_recipes.train import fast_paths
     from grpo_recipes.train.sampling_kl import trainer_class
     from rewards import RewardContext, build_rewards
 
-    cfg, taskset, train, _, model, tokenizer = default_setup(eval_size=8)
+    cfg, taskset, train, _, model, tokenizer = default_setup(eval_size=8, bf16_weights=args.bf16_weights)
     hw = detect_hardware()
     device = torch.device("cuda" if hw.gpu else "cpu")
-    model = model.to(device)  # fp32, as the recipe loads a full fine-tune's weights (hardware.weights_dtype)
+    model = model.to(device)  # as the recipe loads a full fine-tune's weights (hardware.weights_dtype)
     funcs, weights = build_rewards(cfg["dataset"]["rewards"], RewardContext(taskset.score, "answer_tag"))
     grpo = build_grpo_kwargs(cfg, hw, reward_weights=weights)
     resolve_activation_checkpointing(grpo, model, hw, lora=False)
@@ -216,6 +226,7 @@ def main() -> None:
             callbacks=[clock],
         )
         print("fast paths:", fast_paths.apply(trainer, grpo.get("fast_paths", "auto")))
+        print("optimizer:", bf16_adamw.install(trainer) or "transformers' AdamW (fp32 weights)")
         phases.wrap_generate(trainer.model)
         phases.timed(trainer.accelerator, "backward", "backward")
         per_step: list[dict[str, float]] = []
@@ -253,7 +264,7 @@ def main() -> None:
         "passes": 1 + (config.beta > 0) + (config.num_iterations > 1),
     }
     n_params = sum(p.numel() for p in model.parameters())
-    bounds = step_bounds(model.config, n_params, shapes, peak, bandwidth)
+    bounds = step_bounds(model.config, n_params, shapes, peak, bandwidth, model.dtype.itemsize)
     step = statistics.median(clock.step_times[skip:])
     measured = {}
     for name in bounds:

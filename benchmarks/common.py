@@ -43,8 +43,9 @@ def timed(fn, repeat: int) -> tuple[float, list[float], object]:
     return statistics.median(times), times, result
 
 
-def default_setup(eval_size: int | None = None):
-    """The default run's composed config, data, model and tokenizer (as train_grpo.py builds them)."""
+def default_setup(eval_size: int | None = None, bf16_weights: bool = False):
+    """The default run's composed config, data, model and tokenizer (as train_grpo.py builds them;
+    `bf16_weights`: as with model.dtype=bf16)."""
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
@@ -55,7 +56,9 @@ def default_setup(eval_size: int | None = None):
 
     register()  # the declared defaults, as train_grpo.py registers them
     ignore_trl_deprecations()  # as a run does
-    overrides = [f"eval.size={eval_size}"] if eval_size else []
+    overrides = ([f"eval.size={eval_size}"] if eval_size else []) + (
+        ["model.dtype=bf16"] if bf16_weights else []
+    )
     with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "config")):
         cfg = compose("train", overrides=overrides)
     cfg.output_dir = "/tmp/unused"
