@@ -108,9 +108,8 @@ def step_bounds(
         "sampling and the generate loop": 0.0,
         "training forward": shapes["passes"] * bound(forward_flops, 4 * n_params),
         "backward": bound(2 * forward_flops, 8 * n_params),
-        "optimizer (AdamW)": bound(
-            0, 4 * weight_bytes * n_params
-        ),  # reads p, g, m, v; writes p, m, v in place
+        # reads p, g, m, v; writes p, m, v in place
+        "optimizer (AdamW)": bound(0, 4 * weight_bytes * n_params),
         "the rest (rewards, data, logging)": 0.0,
     }
 
