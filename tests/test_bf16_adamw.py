@@ -60,8 +60,14 @@ def test_bf16_weights_move_as_fp32_adamw_moves_them_where_rounding_to_nearest_lo
         assert abs(drift_nearest[half].mean()) < abs(expected) / 2  # rounding to nearest loses much of it
 
 
-def test_fp32_weights_get_torch_adamw_exactly():
-    """The same update rule as torch's AdamW, weight decay included; no rounding for fp32 weights."""
+def test_fp32_weights_get_torch_adamw_exactly(monkeypatch):
+    """The same update rule as torch's AdamW, weight decay included; no rounding for fp32 weights, and no C
+    kernel built or asked for (as for weights on a GPU)."""
+
+    def not_asked():
+        raise AssertionError("the C kernel was asked for")
+
+    monkeypatch.setattr(bf16_adamw, "cpu_kernel", not_asked)
     w0, grads = weights_and_gradients(n=1000, steps=5)
     ref, ours = torch.nn.Parameter(w0.clone()), torch.nn.Parameter(w0.clone())
     expected = train(ref, torch.optim.AdamW([ref], lr=1e-3, weight_decay=0.1, betas=(0.8, 0.99)), grads)

@@ -147,12 +147,14 @@ class BF16AdamW(torch.optim.Optimizer):
     @staticmethod
     def _run(calls) -> None:
         """The kernel calls split among torch's threads (ctypes releases the GIL)."""
-        kernel, threads = cpu_kernel(), max(1, min(torch.get_num_threads(), len(calls)))
+        if not calls:  # every weight on the torch ops (a GPU): no kernel is built or asked for
+            return
+        kernel, threads = cpu_kernel(), min(torch.get_num_threads(), len(calls))
         shares = [calls[k::threads] for k in range(threads)]
         workers = [threading.Thread(target=lambda s=s: [kernel(*c) for c in s]) for s in shares[1:]]
         for w in workers:
             w.start()
-        for c in shares[0] if calls else ():
+        for c in shares[0]:
             kernel(*c)
         for w in workers:
             w.join()
@@ -168,22 +170,15 @@ class BF16AdamW(torch.optim.Optimizer):
             out.copy_(stochastic_round_(x, generator) if out.dtype == torch.bfloat16 else x)
 
 
-def replaces_adamw(trainer) -> bool:
-    """Whether the trainer's AdamW gives way to BF16AdamW: some trained weights are bf16, the optimizer is
-    transformers' AdamW (`grpo.optim`'s default) and no engine keeps fp32 master weights (DeepSpeed, FSDP)."""
-    trained = [p for p in trainer.model.parameters() if p.requires_grad]
-    return (
-        any(p.dtype == torch.bfloat16 for p in trained)
-        and trainer.args.optim in ("adamw_torch", "adamw_torch_fused")
-        and not (trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled)
-    )
-
-
 def install(trainer) -> str | None:
-    """BF16AdamW in place of the trainer's AdamW where `replaces_adamw`; returns how it runs, or None."""
-    if not replaces_adamw(trainer):
-        return None
+    """BF16AdamW in place of the trainer's AdamW where some trained weights are bf16, the optimizer is
+    transformers' AdamW (`grpo.optim`'s default) and no engine keeps fp32 master weights (DeepSpeed, FSDP);
+    returns how it runs, or None where it does not replace it."""
     args = trainer.args
+    trained_bf16 = any(p.requires_grad and p.dtype == torch.bfloat16 for p in trainer.model.parameters())
+    engine = trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled
+    if not trained_bf16 or args.optim not in ("adamw_torch", "adamw_torch_fused") or engine:
+        return None
     kwargs = {"lr": args.learning_rate, "betas": (args.adam_beta1, args.adam_beta2), "eps": args.adam_epsilon}
     trainer.optimizer_cls_and_kwargs = (BF16AdamW, {**kwargs, "seed": args.seed})
     how = "torch ops on the GPU"
