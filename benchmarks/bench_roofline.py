@@ -1,7 +1,7 @@
 """The default training step against this machine's limit: per phase, the roofline bound and the time it
 takes.
 
-    python -m benchmarks.bench_roofline [--steps 10] [--set max_completion_length=64 ...] [--bf16-weights]
+    python -m benchmarks.bench_roofline [--steps 10] [--set max_completion_length=64 ...] [--dtype fp32]
 
 1. The machine's peaks, measured here: bf16 matrix-multiply FLOP/s at the model's own shapes (the best of
    a few row counts) and read bandwidth (the faster of summing a 1 GiB fp32 tensor and a matrix-vector
@@ -11,11 +11,11 @@ takes.
    at the GEMM peak and its bytes at the read bandwidth. Prefill: every prompt token through the body, one
    LM-head row per completion. Decode: one pass per generated token, reading every bf16 weight and the KV
    cache. Training forward: every token through the body, the LM head on completion tokens only; backward:
-   twice its FLOPs. Optimizer: AdamW reading fp32 weights, gradients and two moments (16 bytes a
-   parameter; 8 with --bf16-weights: the recipe's model.dtype=bf16 and its BF16AdamW); its writes go back
-   to the lines it just read and ride along (measured here: a fused AdamW step moves 28 bytes a parameter
-   at ~44 GB/s, an in-place add reads and writes at ~38 GB/s, while no read-only kernel passes ~29 GB/s):
-   counted at the read bandwidth they made a "bound" AdamW beat (0.7x).
+   twice its FLOPs. Optimizer: AdamW reading the weights, gradients and two moments (16 bytes a parameter
+   for fp32 weights; 8 for bf16 ones and BF16AdamW, model.dtype's default on a CPU with native bf16); its
+   writes go back to the lines it just read and ride along (measured here: a fused AdamW step moves 28
+   bytes a parameter at ~44 GB/s, an in-place add reads and writes at ~38 GB/s, while no read-only kernel
+   passes ~29 GB/s): counted at the read bandwidth they made a "bound" AdamW beat (0.7x).
 3. The recipe's step (grpo/default.yaml, its trainer class and fast paths, as train_grpo.py builds it),
    timed per phase by
    hooks: the model's first forward inside `generate` (prefill), the later ones (decode), the rest of
@@ -173,9 +173,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="GRPOConfig overrides")
-    parser.add_argument(
-        "--bf16-weights", action="store_true", help="model.dtype=bf16: bf16 weights trained by BF16AdamW"
-    )
+    parser.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16"], help="model.dtype")
     args = parser.parse_args()
 
     from grpo_recipes.config.trainer_args import build_grpo_kwargs, recipe_grpo_config_class
@@ -185,7 +183,7 @@ def main() -> None:
     from grpo_recipes.train.sampling_kl import trainer_class
     from rewards import RewardContext, build_rewards
 
-    cfg, taskset, train, _, model, tokenizer = default_setup(eval_size=8, bf16_weights=args.bf16_weights)
+    cfg, taskset, train, _, model, tokenizer = default_setup(eval_size=8, dtype=args.dtype)
     hw = detect_hardware()
     device = torch.device("cuda" if hw.gpu else "cpu")
     model = model.to(device)  # as the recipe loads a full fine-tune's weights (hardware.weights_dtype)

@@ -77,6 +77,7 @@ def run_trainer(
     from trl import GRPOConfig, GRPOTrainer
 
     from grpo_recipes.config.trainer_args import recipe_grpo_config_class
+    from grpo_recipes.models import bf16_adamw
     from grpo_recipes.train import fast_paths
     from grpo_recipes.train.sampling_kl import trainer_class
 
@@ -103,8 +104,9 @@ def run_trainer(
             processing_class=tokenizer,
             callbacks=[clock],
         )
-        if recipe:
+        if recipe:  # as train/trainer.py's build_trainer does
             print("fast paths:", fast_paths.apply(trainer))
+            print("optimizer:", bf16_adamw.install(trainer) or "transformers' AdamW")
         if timings is not None:
             timings.wrap(trainer, "_generate", "generation")
             timings.wrap(trainer, "_calculate_rewards", "reward")
@@ -228,6 +230,7 @@ def main() -> None:
         metavar="KEY=VALUE",
         help="GRPOConfig overrides for our recipe, to try a variant (e.g. bf16=false)",
     )
+    parser.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16"], help="model.dtype")
     parser.add_argument("--skip-trl", action="store_true", help="leave out the plain-TRL comparison")
     args = parser.parse_args()
 
@@ -236,9 +239,9 @@ def main() -> None:
     from grpo_recipes.models.hardware import detect_hardware, resolve_activation_checkpointing
     from rewards import RewardContext, build_rewards
 
-    cfg, taskset, train, _, model, tokenizer = default_setup(eval_size=8)
+    cfg, taskset, train, _, model, tokenizer = default_setup(eval_size=8, dtype=args.dtype)
     hw = detect_hardware()
-    dtype = torch.float32  # as the recipe loads a full fine-tune's weights (hardware.weights_dtype)
+    dtype = model.dtype  # as the recipe loads a full fine-tune's weights (hardware.weights_dtype)
     if args.model != "embedded":
         model = qwen25_05b_shaped_model(dtype)
     if hw.gpu:

@@ -43,28 +43,27 @@ def timed(fn, repeat: int) -> tuple[float, list[float], object]:
     return statistics.median(times), times, result
 
 
-def default_setup(eval_size: int | None = None, bf16_weights: bool = False):
-    """The default run's composed config, data, model and tokenizer (as train_grpo.py builds them;
-    `bf16_weights`: as with model.dtype=bf16)."""
+def default_setup(eval_size: int | None = None, dtype: str = "auto"):
+    """The default run's composed config, data, model and tokenizer (as train_grpo.py builds them, with
+    `model.dtype=<dtype>`)."""
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
     from grpo_recipes.config.knobs import register
+    from grpo_recipes.models.hardware import detect_hardware
     from grpo_recipes.models.loading import load_model_and_tokenizer
     from grpo_recipes.train.data import build_datasets
     from grpo_recipes.train.run import ignore_trl_deprecations
 
     register()  # the declared defaults, as train_grpo.py registers them
     ignore_trl_deprecations()  # as a run does
-    overrides = ([f"eval.size={eval_size}"] if eval_size else []) + (
-        ["model.dtype=bf16"] if bf16_weights else []
-    )
+    overrides = [f"model.dtype={dtype}"] + ([f"eval.size={eval_size}"] if eval_size else [])
     with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "config")):
         cfg = compose("train", overrides=overrides)
     cfg.output_dir = "/tmp/unused"
     cfg = OmegaConf.to_container(cfg, resolve=True)
     taskset, train, eval_rows = build_datasets(cfg["dataset"], cfg["eval"])
-    model, tokenizer = load_model_and_tokenizer(cfg["model"], on_gpu=False, seed=cfg["seed"])
+    model, tokenizer = load_model_and_tokenizer(cfg["model"], detect_hardware(), seed=cfg["seed"])
     return cfg, taskset, train, eval_rows, model, tokenizer
 
 

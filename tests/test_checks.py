@@ -68,8 +68,8 @@ def test_trl_errors_name_the_key_the_message_is_about():
 
 
 def test_cross_field_batch_rule_counts_processes():
-    cfg = composed()  # 16 completions per device, groups of 8
-    cfg["grpo"]["per_device_train_batch_size"] = 4
+    cfg = composed()  # groups of 8
+    cfg["grpo"].update(per_device_train_batch_size=4, gradient_accumulation_steps=1)
     with pytest.raises(ConfigError, match=r"\(4\) x processes \(1\) .* = 4 completions .* not divisible"):
         check_values(cfg, world_size=1)
     check_values(cfg, world_size=2)  # 4 x 2 processes = 8: one whole group
@@ -77,7 +77,7 @@ def test_cross_field_batch_rule_counts_processes():
 
 def test_dynamic_sampling_needs_whole_groups_on_each_process():
     cfg = composed()
-    cfg["grpo"].update(dynamic_sampling=True, per_device_train_batch_size=4)
+    cfg["grpo"].update(dynamic_sampling=True, per_device_train_batch_size=4, gradient_accumulation_steps=1)
     with pytest.raises(
         ConfigError,
         match=r"grpo.dynamic_sampling=true: .* = 4 completions per process .* "

@@ -103,8 +103,9 @@ def test_top_level_knob_inside_grpo_is_refused():
 @pytest.mark.parametrize(
     "overrides,world",
     [
-        (["grpo.per_device_train_batch_size=12"], 1),
-        (["grpo.per_device_train_batch_size=4"], 1),
+        (["grpo.per_device_train_batch_size=12", "grpo.gradient_accumulation_steps=1"], 1),
+        (["grpo.per_device_train_batch_size=4", "grpo.gradient_accumulation_steps=1"], 1),
+        (["grpo.num_generations=6"], 1),  # the default: 8 completions x 2 micro-batches
         (["++grpo.generation_batch_size=20"], 1),
     ],
 )
@@ -115,7 +116,7 @@ def test_batch_not_divisible_by_num_generations(overrides, world):
 
 
 def test_batch_counts_processes():
-    cfg = composed("grpo.per_device_train_batch_size=4")
+    cfg = composed("grpo.per_device_train_batch_size=4", "grpo.gradient_accumulation_steps=1")
     build_grpo_kwargs(cfg, Hardware(False, False, 2))  # 4 x 2 processes = 8: fine
 
 

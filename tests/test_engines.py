@@ -12,6 +12,10 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+
+from grpo_recipes.models.hardware import Hardware
+
+CPU = Hardware(gpu=False, bf16=False, world_size=1)
 import yaml
 
 from grpo_common.errors import ConfigError
@@ -115,7 +119,7 @@ def test_an_fsdp_sharded_checkpoint_loads_through_torchs_converter(tmp_path, tin
     before = sorted(p.name for p in checkpoint.rglob("*"))
 
     loaded, loaded_tokenizer = load_model_and_tokenizer(
-        declared("model", path=str(checkpoint), dtype="float32"), on_gpu=False
+        declared("model", path=str(checkpoint), dtype="float32"), CPU
     )
     for (name, a), (_, b) in zip(model.state_dict().items(), loaded.state_dict().items(), strict=True):
         assert torch.equal(a, b), name
@@ -380,7 +384,7 @@ def test_deepspeed_two_processes_train_stop_resume_save_and_reevaluate(preset, t
     if preset == "zero3":  # shards only: eval_only's loader converts them (deepspeed zero_to_fp32)
         assert not (checkpoint / "model.safetensors").exists() and (checkpoint / "latest").is_file()
     from_checkpoint, _ = load_model_and_tokenizer(
-        declared("model", path=str(checkpoint), dtype="float32"), on_gpu=False
+        declared("model", path=str(checkpoint), dtype="float32"), CPU
     )
     for a, b in zip(from_checkpoint.parameters(), trained.parameters(), strict=True):
         assert torch.equal(a, b)  # the last checkpoint is the final model

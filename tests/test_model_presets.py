@@ -8,6 +8,7 @@ import pytest
 from grpo_common.errors import ConfigError
 from grpo_recipes.config.checks import check_values
 from grpo_recipes.config.preflight import compose, parse
+from grpo_recipes.models.hardware import Hardware
 from grpo_recipes.models.loading import TARGET_MODULES, lora_config
 
 CONFIG = Path(__file__).resolve().parents[1] / "config"
@@ -181,19 +182,24 @@ def test_when_the_hub_cannot_be_reached_loading_says_what_to_do(monkeypatch):
     # online but unreachable, whatever the caller's environment says (HF_HUB_OFFLINE=1 is read at import)
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
     with pytest.raises(ConfigError) as err:
-        load_model_and_tokenizer(composed("llama3_2_1b")["model"], on_gpu=False)
+        load_model_and_tokenizer(composed("llama3_2_1b")["model"], Hardware(False, False, 1))
     message = str(err.value)
     assert "the hub could not be reached (We couldn't connect to 'https://huggingface.co'" in message
     assert "hf download meta-llama/Llama-3.2-1B-Instruct" in message and "gated" in message
 
 
-# `model.dtype: auto` (grpo_recipes/models/hardware.py): the weights a run trains stay fp32 (TRL's default)
-# unless LoRA, DeepSpeed or FSDP keeps an fp32 copy of them; bf16 only then, and only on a GPU that has it.
+# `model.dtype: auto` (grpo_recipes/models/hardware.py): bf16 weights only where the device computes bf16
+# natively and something keeps their updates: on a GPU, LoRA's, DeepSpeed's or FSDP's fp32 copies; on a
+# CPU, BF16AdamW (a full fine-tune with transformers' AdamW). fp32 otherwise (TRL's default).
 @pytest.mark.parametrize(
     "gpu, bf16, overrides, engine, expected",
     [
-        (False, False, [], None, "float32"),
-        (False, False, ["model.lora.enabled=true"], "DEEPSPEED", "float32"),  # a CPU: fp32 always
+        (False, False, [], None, "float32"),  # a CPU without native bf16
+        (False, True, [], None, "bfloat16"),  # BF16AdamW trains them
+        (False, True, ["+grpo.optim=adamw_torch_fused"], None, "bfloat16"),
+        (False, True, ["+grpo.optim=sgd"], None, "float32"),  # an optimizer that would round them to nearest
+        (False, True, ["model.lora.enabled=true"], None, "float32"),
+        (False, True, [], "DEEPSPEED", "float32"),  # DeepSpeed's CPU optimizer
         (True, True, [], None, "float32"),  # a full fine-tune on a GPU: AdamW updates fp32 weights
         (True, True, ["model.lora.enabled=true"], None, "bfloat16"),  # PEFT's adapters are fp32
         (True, True, [], "DEEPSPEED", "bfloat16"),  # DeepSpeed's master weights are fp32
@@ -203,17 +209,16 @@ def test_when_the_hub_cannot_be_reached_loading_says_what_to_do(monkeypatch):
         (False, False, ["model.dtype=bf16"], None, "bfloat16"),
     ],
 )
-def test_auto_loads_bf16_weights_only_where_something_keeps_the_trained_ones_in_fp32(
+def test_auto_loads_bf16_weights_only_where_something_keeps_their_updates(
     monkeypatch, gpu, bf16, overrides, engine, expected
 ):
-    import torch
+    from grpo_recipes.models.hardware import Hardware, weights_dtype
 
-    from grpo_recipes.models.hardware import weights_dtype
-
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: bf16)
     for name in ("DEEPSPEED", "FSDP"):
         monkeypatch.setenv(f"ACCELERATE_USE_{name}", "true" if engine == name else "false")
-    assert weights_dtype(composed("qwen2_5_0_5b", *overrides)["model"], on_gpu=gpu) == expected
+    cfg = composed("qwen2_5_0_5b", *overrides)
+    hw = Hardware(gpu=gpu, bf16=bf16, world_size=1)
+    assert weights_dtype(cfg["model"], hw, cfg["grpo"].get("optim")) == expected
 
 
 def bf16_layer_and_one_adamw_step(lr: float):

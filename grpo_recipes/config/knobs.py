@@ -99,7 +99,7 @@ class Model:
     dtype: str = knob(
         "auto",
         Choice(*DTYPE_NAMES),
-        "auto: fp32 (bf16 on a GPU under LoRA, DeepSpeed, FSDP); bf16: half the memory",
+        "auto: bf16 where updates survive (CPU: native bf16 + AdamW; GPU: LoRA, DeepSpeed, FSDP), else fp32",
     )
     attn_implementation: Any = knob(None, OPT_STR, "null: transformers' default (sdpa)", resume=True)
     chat_template: Any = knob(None, OPT_STR, "the tokenizer's, replaced: Jinja, a .jinja file, or trl:<name>")

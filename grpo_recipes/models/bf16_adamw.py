@@ -1,9 +1,10 @@
-"""AdamW for bf16 weights (`model.dtype=bf16`): fp32 math, with the weights and both moments written back to
-bf16 by stochastic rounding. Rounding to nearest loses every update under half a bf16 step (1/512 of the
-weight: at GRPO's learning rates, most of them); rounding up with probability equal to the remainder keeps
-each update on average. Half the memory of fp32 weights with fp32 AdamW (benchmarks/RESULTS.md, "bf16
-weights that learn"). On a CPU one pass of a small C kernel does it (compiled once with the system's C
-compiler and cached); on a GPU, or without a compiler, the same math in torch ops."""
+"""AdamW for bf16 weights (`model.dtype=bf16`; `auto` on a CPU with native bf16): fp32 math, with the
+weights and both moments written back to bf16 by stochastic rounding. Rounding to nearest loses every update
+under half a bf16 step (1/512 of the weight: at GRPO's learning rates, most of them); rounding up with
+probability equal to the remainder keeps each update on average. Half the memory of fp32 weights with fp32
+AdamW (benchmarks/RESULTS.md, "bf16 weights that learn"). On a CPU one pass of a small C kernel does it
+(compiled once with the system's C compiler and cached); on a GPU, or without a compiler, the same math in
+torch ops."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from collections.abc import Callable
 import torch
 
 from grpo_recipes.models.loading import cache_root
+
+REPLACES = ("adamw_torch", "adamw_torch_fused")  # transformers' AdamW: `grpo.optim`'s default
 
 KERNEL = r"""
 #include <stdint.h>
@@ -177,7 +180,7 @@ def install(trainer) -> str | None:
     args = trainer.args
     trained_bf16 = any(p.requires_grad and p.dtype == torch.bfloat16 for p in trainer.model.parameters())
     engine = trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled
-    if not trained_bf16 or args.optim not in ("adamw_torch", "adamw_torch_fused") or engine:
+    if not trained_bf16 or args.optim not in REPLACES or engine:
         return None
     kwargs = {"lr": args.learning_rate, "betas": (args.adam_beta1, args.adam_beta2), "eps": args.adam_epsilon}
     trainer.optimizer_cls_and_kwargs = (BF16AdamW, {**kwargs, "seed": args.seed})

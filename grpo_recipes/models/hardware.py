@@ -156,18 +156,24 @@ def launched_engine(env: Mapping[str, str] = os.environ) -> str | None:
     return None
 
 
-def weights_dtype(model_cfg: dict[str, Any], on_gpu: bool) -> str:
-    """`model.dtype` as a torch dtype name. `auto`: the checkpoint's bf16 on a GPU that has it, where LoRA
-    (PEFT's fp32 adapters), DeepSpeed or FSDP keeps the trained weights in fp32; fp32 otherwise (TRL's own
-    default), computing in bf16 under `bf16=true` autocast. `bf16` asked for: half the memory, trained by
-    models/bf16_adamw.py's AdamW, whose stochastic rounding keeps the updates under half a bf16 step."""
-    import torch
+def weights_dtype(model_cfg: dict[str, Any], hw: Hardware, optim: str | None = None) -> str:
+    """`model.dtype` as a torch dtype name. `auto`: bf16 where something keeps the trained weights' updates:
+    on a GPU that has bf16, LoRA (PEFT's fp32 adapters), DeepSpeed or FSDP (fp32 copies); on a CPU that
+    computes bf16 natively, a full fine-tune with transformers' AdamW (`optim`: `grpo.optim`, None for its
+    default), which models/bf16_adamw.py replaces with one whose stochastic rounding keeps updates under
+    half a bf16 step: half the memory, ~25 % shorter steps (benchmarks/RESULTS.md). fp32 otherwise (TRL's
+    own default), computing in bf16 under `bf16=true` autocast."""
+    from grpo_recipes.models.bf16_adamw import REPLACES
 
     dtype = model_cfg["dtype"]
-    if dtype == "auto":
-        elsewhere = model_cfg["lora"]["enabled"] or launched_engine()
-        return "bfloat16" if on_gpu and torch.cuda.is_bf16_supported() and elsewhere else "float32"
-    return {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}.get(dtype, dtype)  # config/knobs.py's
+    if dtype != "auto":
+        return {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}.get(dtype, dtype)
+    lora, engine = model_cfg["lora"]["enabled"], launched_engine()
+    if hw.gpu:  # PEFT's fp32 adapters; DeepSpeed's and FSDP's fp32 copies
+        kept = lora or engine is not None
+    else:  # BF16AdamW (DeepSpeed on CPU processes keeps fp32: its CPU optimizer rounds its own way)
+        kept = not lora and engine is None and (optim is None or optim in REPLACES)
+    return "bfloat16" if hw.bf16 and kept else "float32"
 
 
 def half_precision_warning(model, model_cfg: dict[str, Any], learning_rate: float) -> str | None:

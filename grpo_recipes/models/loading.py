@@ -13,7 +13,7 @@ from typing import Any
 
 from grpo_common.errors import ConfigError, first_line
 from grpo_common.templates import set_chat_template
-from grpo_recipes.models.hardware import weights_dtype
+from grpo_recipes.models.hardware import Hardware, weights_dtype
 
 log = logging.getLogger("grpo_recipes")
 
@@ -213,19 +213,24 @@ def quantization_config(lora: dict[str, Any], on_gpu: bool):
 
 
 def load_model_and_tokenizer(
-    model_cfg: dict[str, Any], on_gpu: bool, seed: int = 0, tools: bool | str = False
+    model_cfg: dict[str, Any],
+    hw: Hardware,
+    seed: int = 0,
+    tools: bool | str = False,
+    optim: str | None = None,
 ):
     """`tools`: the run gives the model tools (a string: the group that does, tools or env), so its chat
-    template must be able to call them."""
+    template must be able to call them. `optim`: `grpo.optim` (None: its default), which `model.dtype: auto`
+    reads (hardware.weights_dtype)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = model_cfg["path"]
     check_model_path(path)
-    kwargs = {"dtype": getattr(torch, weights_dtype(model_cfg, on_gpu))}
+    kwargs = {"dtype": getattr(torch, weights_dtype(model_cfg, hw, optim))}
     if model_cfg["attn_implementation"]:
         kwargs["attn_implementation"] = model_cfg["attn_implementation"]
-    kwargs["quantization_config"] = quantization_config(model_cfg["lora"], on_gpu)  # None: from_pretrained's
+    kwargs["quantization_config"] = quantization_config(model_cfg["lora"], hw.gpu)  # None: from_pretrained's
     if path == TINY:
         local = str(ensure_tiny(seed))
     elif path.startswith(PREFIX):
