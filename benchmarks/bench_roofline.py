@@ -223,7 +223,7 @@ def main() -> None:
             callbacks=[clock],
         )
         print("fast paths:", fast_paths.apply(trainer, grpo.get("fast_paths", "auto")))
-        print("optimizer:", bf16_adamw.install(trainer) or "transformers' AdamW (fp32 weights)")
+        print("optimizer:", bf16_adamw.install(trainer) or "transformers' AdamW")
         phases.wrap_generate(trainer.model)
         phases.timed(trainer.accelerator, "backward", "backward")
         per_step: list[dict[str, float]] = []

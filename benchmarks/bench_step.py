@@ -3,7 +3,8 @@
     python -m benchmarks.bench_step [--steps 6] [--trl-steps 3]
     python -m benchmarks.bench_step --model qwen2.5-0.5b-shape     # target 7, on a GPU machine
 
-In one process, on the same model, data, batch (2 prompts x 8 completions) and completion length:
+In one process, on the same model (its weights as `model.dtype` loads them), data, batch (2 prompts x 8
+completions an optimizer step, in the recipe's micro-batches) and completion length:
   floor  one sampled `generate` of the batch's completions + one forward/backward over the same
          tokens + an AdamW step, timed directly;
   ours   GRPOTrainer with this recipe's default config (grpo/default.yaml + hardware detection),
@@ -264,7 +265,10 @@ def main() -> None:
     for item in args.set:
         key, value = item.split("=", 1)
         ours[key] = yaml.safe_load(value)
-    batch = {k: ours[k] for k in ("per_device_train_batch_size", "num_generations", "max_completion_length")}
+    keys = ("per_device_train_batch_size", "gradient_accumulation_steps", "num_generations")
+    keys += ("max_completion_length",)  # plain TRL's batch too: 16 completions a step, generated at once
+    batch = {k: ours[k] for k in keys}
+    completions = batch["per_device_train_batch_size"] * batch["gradient_accumulation_steps"]
     print(f"machine: {machine()}; commit {git_rev()}")
     print(
         f"model: {args.model} ({n_params / 1e6:.0f} M parameters, {str(model.dtype).replace('torch.', '')} "
@@ -276,9 +280,9 @@ def main() -> None:
         f"{'on' if ours.get('activation_checkpointing') else 'off'}"
     )
     print(
-        f"batch: {batch['per_device_train_batch_size'] // batch['num_generations']} prompts x "
-        f"{batch['num_generations']} completions, max {batch['max_completion_length']} tokens; medians "
-        "after 1 warm-up step"
+        f"batch: {completions // batch['num_generations']} prompts x {batch['num_generations']} completions "
+        f"({batch['gradient_accumulation_steps']} micro-batches), "
+        f"max {batch['max_completion_length']} tokens; medians after 1 warm-up step"
     )
 
     base_state = copy.deepcopy(model.state_dict())

@@ -63,7 +63,8 @@ def default_setup(eval_size: int | None = None, dtype: str = "auto"):
     cfg.output_dir = "/tmp/unused"
     cfg = OmegaConf.to_container(cfg, resolve=True)
     taskset, train, eval_rows = build_datasets(cfg["dataset"], cfg["eval"])
-    model, tokenizer = load_model_and_tokenizer(cfg["model"], detect_hardware(), seed=cfg["seed"])
+    hw = detect_hardware()
+    model, tokenizer = load_model_and_tokenizer(cfg["model"], hw, seed=cfg["seed"], grpo=cfg["grpo"])
     return cfg, taskset, train, eval_rows, model, tokenizer
 
 

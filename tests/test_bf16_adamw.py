@@ -115,6 +115,23 @@ def test_a_resumed_optimizer_rounds_as_the_uninterrupted_one(path):
     assert torch.equal(train(q, resumed, grads[3:]), uninterrupted)
 
 
+def test_it_takes_over_a_torch_adamw_state_as_a_resume_onto_bf16_weights_does(path):
+    """A run saved on fp32 weights and resumed where `model.dtype: auto` loads bf16 (another machine): its
+    optimizer.pt is torch AdamW's, with fp32 moments and no rounding seed."""
+    w0, grads = weights_and_gradients(n=50_000, steps=6)
+    p32 = torch.nn.Parameter(w0.clone())
+    fp32 = torch.optim.AdamW([p32], lr=LR)
+    train(p32, fp32, grads[:3])
+    q = torch.nn.Parameter(p32.detach().bfloat16())
+    resumed = BF16AdamW([q], lr=LR, seed=3)
+    resumed.load_state_dict(copy.deepcopy(fp32.state_dict()))  # as optimizer.pt holds it
+    assert resumed.param_groups[0]["seed"] == 3 and resumed.state[q]["exp_avg_sq"].dtype == torch.bfloat16
+    after = train(q, resumed, grads[3:])
+    expected = train(p32, fp32, grads[3:])
+    assert (after - expected).abs().max() < 2e-3  # a bf16 step or two at |w| ~ 0.2 apart, not a fresh start
+    assert int(resumed.state[q]["step"]) == 6
+
+
 def test_without_a_compiler_the_torch_ops_run_and_the_run_says_so(tmp_path, monkeypatch):
     monkeypatch.setenv("GRPO_RECIPES_CACHE", str(tmp_path))  # nothing compiled yet
     monkeypatch.setenv("CC", "false")  # a compiler that fails

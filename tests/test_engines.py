@@ -12,17 +12,15 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-
-from grpo_recipes.models.hardware import Hardware
-
-CPU = Hardware(gpu=False, bf16=False, world_size=1)
 import yaml
 
 from grpo_common.errors import ConfigError
+from grpo_recipes.models.hardware import Hardware
 from tests.conftest import BASE_ENV, ROOT, accelerate_launch, declared, read_jsonl, run_train
 from tests.test_evaluation import eval_rows, evaluator
 
 CONFIG = ROOT / "config"
+CPU = Hardware(gpu=False, bf16=False, world_size=1)
 
 
 # --- which engine ---------------------------------------------------------------------------------

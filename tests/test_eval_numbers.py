@@ -282,6 +282,7 @@ def test_a_reward_paying_for_length_raises_the_reward_hacking_alarm(tmp_path):
         "eval_sets@eval=none",  # no transfer set: the alarm reads the headline set only
         "grpo.max_completion_length=48",
         "grpo.per_device_train_batch_size=8",  # one prompt x 8 completions a step
+        "grpo.gradient_accumulation_steps=1",
         *["learning_rate=1e-4", "dataset.train_size=64", *only_length],
         *[f"output_root={tmp_path}", "run_name=hacked"],
         timeout=600,

@@ -198,6 +198,7 @@ def test_when_the_hub_cannot_be_reached_loading_says_what_to_do(monkeypatch):
         (False, True, [], None, "bfloat16"),  # BF16AdamW trains them
         (False, True, ["+grpo.optim=adamw_torch_fused"], None, "bfloat16"),
         (False, True, ["+grpo.optim=sgd"], None, "float32"),  # an optimizer that would round them to nearest
+        (False, True, ["grpo.bf16=false"], None, "float32"),  # fp32 asked for
         (False, True, ["model.lora.enabled=true"], None, "float32"),
         (False, True, [], "DEEPSPEED", "float32"),  # DeepSpeed's CPU optimizer
         (True, True, [], None, "float32"),  # a full fine-tune on a GPU: AdamW updates fp32 weights
@@ -218,7 +219,32 @@ def test_auto_loads_bf16_weights_only_where_something_keeps_their_updates(
         monkeypatch.setenv(f"ACCELERATE_USE_{name}", "true" if engine == name else "false")
     cfg = composed("qwen2_5_0_5b", *overrides)
     hw = Hardware(gpu=gpu, bf16=bf16, world_size=1)
-    assert weights_dtype(cfg["model"], hw, cfg["grpo"].get("optim")) == expected
+    assert weights_dtype(cfg["model"], hw, cfg["grpo"]) == expected
+
+
+@pytest.mark.parametrize("loss", ["gspo", "off_policy"])
+@pytest.mark.parametrize("preset", ["smollm2_135m", "qwen2_5_0_5b"])
+def test_the_reuse_presets_feed_two_optimizer_steps_at_any_micro_batch_split(preset, loss):
+    """TRL counts steps_per_generation in micro-batches: the embedded model's 2 micro-batches a step would
+    otherwise make `grpo=gspo` / `off_policy` one step a generation batch, on-policy, their clips idle."""
+    grpo = composed(preset, f"grpo={loss}")["grpo"]
+    assert grpo["steps_per_generation"] == 2 * grpo["gradient_accumulation_steps"]
+
+
+def test_a_checkpoint_loads_in_the_dtype_it_trained_in(tmp_path):
+    """`model.dtype: auto` on a CPU with native bf16 loads bf16 weights, but a checkpoint this package saved
+    (trainer_state.json beside it) keeps its own: eval_only on an fp32-trained run reproduces its evals."""
+    import shutil
+
+    from grpo_recipes.models.loading import ensure_tiny, load_model_and_tokenizer
+
+    checkpoint = tmp_path / "checkpoint-2"
+    shutil.copytree(ensure_tiny(0), checkpoint)
+    cfg = composed("tiny_random", f"model.path={checkpoint}", "model.dtype=auto")["model"]
+    amx = Hardware(gpu=False, bf16=True, world_size=1)
+    assert str(next(load_model_and_tokenizer(cfg, amx)[0].parameters()).dtype) == "torch.bfloat16"
+    (checkpoint / "trainer_state.json").write_text("{}")
+    assert str(next(load_model_and_tokenizer(cfg, amx)[0].parameters()).dtype) == "torch.float32"
 
 
 def bf16_layer_and_one_adamw_step(lr: float):
@@ -252,7 +278,7 @@ def test_a_half_precision_full_fine_tune_warns_with_the_share_of_weights_adamw_c
     warning = half_precision_warning(layer, model_cfg, learning_rate=1e-5)
     assert warning == (
         "model.dtype=bf16: AdamW trains the bfloat16 weights in place, and even a full step of "
-        f"learning_rate=1e-05 rounds away on {unchanged:.0%} of the trained weights; model.dtype=auto keeps "
+        f"learning_rate=1e-05 rounds away on {unchanged:.0%} of the trained weights; model.dtype=fp32 keeps "
         "fp32 weights and computes in bf16"
     )
     fp32 = torch.nn.Linear(256, 256, bias=False)

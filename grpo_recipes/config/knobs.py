@@ -239,8 +239,14 @@ def register() -> None:
     (`_schema/top`, and the model presets', datasets', tools' and envs' `defaults: [/_schema/<group>@..]`;
     none of them an option of its group), and `eval/default`, `sandbox/default` and `grpo/default` (the
     options train.yaml picks)."""
-    from hydra.core.config_store import ConfigStore
+    import math
 
+    from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
+
+    # ${mul:a,b}: TRL counts steps_per_generation in micro-batches, so the loss presets that reuse a batch
+    # for 2 optimizer steps ask for 2 x gradient_accumulation_steps of them
+    OmegaConf.register_new_resolver("mul", lambda *xs: math.prod(xs), replace=True)
     store = ConfigStore.instance()
     for name, cls in (("top", Top), ("model", Model), ("dataset", Dataset), ("tools", Tools), ("env", Env)):
         store.store(group="_schema", name=name, node=defaults(cls))

@@ -111,6 +111,11 @@ class BF16AdamW(torch.optim.Optimizer):
             params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay, "seed": seed}
         )
 
+    def __setstate__(self, state):  # load_state_dict's; torch casts the moments to the weights' dtype
+        super().__setstate__(state)
+        for group in self.param_groups:  # a torch AdamW's state (a run resumed on bf16 weights) has no seed
+            group.setdefault("seed", self.defaults["seed"])
+
     @torch.no_grad()
     def step(self, closure=None):
         loss = None if closure is None else closure()

@@ -156,13 +156,13 @@ def launched_engine(env: Mapping[str, str] = os.environ) -> str | None:
     return None
 
 
-def weights_dtype(model_cfg: dict[str, Any], hw: Hardware, optim: str | None = None) -> str:
+def weights_dtype(model_cfg: dict[str, Any], hw: Hardware, grpo: Mapping[str, Any]) -> str:
     """`model.dtype` as a torch dtype name. `auto`: bf16 where something keeps the trained weights' updates:
     on a GPU that has bf16, LoRA (PEFT's fp32 adapters), DeepSpeed or FSDP (fp32 copies); on a CPU that
-    computes bf16 natively, a full fine-tune with transformers' AdamW (`optim`: `grpo.optim`, None for its
-    default), which models/bf16_adamw.py replaces with one whose stochastic rounding keeps updates under
-    half a bf16 step: half the memory, ~25 % shorter steps (benchmarks/RESULTS.md). fp32 otherwise (TRL's
-    own default), computing in bf16 under `bf16=true` autocast."""
+    computes bf16 natively (and `grpo.bf16` is not false), a full fine-tune with transformers' AdamW
+    (`grpo.optim` unset or an AdamW), which models/bf16_adamw.py replaces with one whose stochastic rounding
+    keeps updates under half a bf16 step: half the memory, ~25 % shorter steps (benchmarks/RESULTS.md). fp32
+    otherwise (TRL's own default), computing in bf16 under `bf16=true` autocast."""
     from grpo_recipes.models.bf16_adamw import REPLACES
 
     dtype = model_cfg["dtype"]
@@ -172,7 +172,8 @@ def weights_dtype(model_cfg: dict[str, Any], hw: Hardware, optim: str | None = N
     if hw.gpu:  # PEFT's fp32 adapters; DeepSpeed's and FSDP's fp32 copies
         kept = lora or engine is not None
     else:  # BF16AdamW (DeepSpeed on CPU processes keeps fp32: its CPU optimizer rounds its own way)
-        kept = not lora and engine is None and (optim is None or optim in REPLACES)
+        optim, bf16 = grpo.get("optim"), grpo.get("bf16")
+        kept = not lora and engine is None and (optim is None or optim in REPLACES) and bf16 is not False
     return "bfloat16" if hw.bf16 and kept else "float32"
 
 
@@ -200,7 +201,7 @@ def half_precision_warning(model, model_cfg: dict[str, Any], learning_rate: floa
         fix = "TRL casts QLoRA's adapters to bf16; a LoRA learning rate (1e-4 or more) moves more of them"
     else:
         key, what = f"model.dtype={model_cfg['dtype']}", f"the {dtypes} weights"
-        fix = "model.dtype=auto keeps fp32 weights and computes in bf16"
+        fix = "model.dtype=fp32 keeps fp32 weights and computes in bf16"
     return (
         f"{key}: AdamW trains {what} in place, and even a full step of learning_rate={learning_rate:g} "
         f"rounds away on {share:.0%} of the trained weights; {fix}"

@@ -4,10 +4,11 @@ file in a PyPI package, converted once), tiny-random (tiny.py, saved once), or a
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -212,22 +213,31 @@ def quantization_config(lora: dict[str, Any], on_gpu: bool):
     )
 
 
+def trained_dtype(local: Path) -> str | None:
+    """The dtype a checkpoint this package saved (trainer_state.json beside it) was trained in, which
+    `model.dtype: auto` keeps: eval_only on it then reproduces its run's evals."""
+    if (local / "trainer_state.json").is_file() and (local / "config.json").is_file():
+        return json.loads((local / "config.json").read_text()).get("dtype")
+    return None
+
+
 def load_model_and_tokenizer(
     model_cfg: dict[str, Any],
     hw: Hardware,
     seed: int = 0,
     tools: bool | str = False,
-    optim: str | None = None,
+    grpo: Mapping[str, Any] | None = None,
 ):
     """`tools`: the run gives the model tools (a string: the group that does, tools or env), so its chat
-    template must be able to call them. `optim`: `grpo.optim` (None: its default), which `model.dtype: auto`
-    reads (hardware.weights_dtype)."""
+    template must be able to call them. `grpo`: the run's GRPO settings, which `model.dtype: auto` reads
+    (hardware.weights_dtype)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = model_cfg["path"]
     check_model_path(path)
-    kwargs = {"dtype": getattr(torch, weights_dtype(model_cfg, hw, optim))}
+    dtype = weights_dtype(model_cfg, hw, grpo or {})
+    kwargs = {}
     if model_cfg["attn_implementation"]:
         kwargs["attn_implementation"] = model_cfg["attn_implementation"]
     kwargs["quantization_config"] = quantization_config(model_cfg["lora"], hw.gpu)  # None: from_pretrained's
@@ -237,6 +247,9 @@ def load_model_and_tokenizer(
         local = str(ensure_embedded(path[len(PREFIX) :]))
     else:
         local = str(Path(path).expanduser()) if Path(path).expanduser().exists() else path
+    if model_cfg["dtype"] == "auto":
+        dtype = trained_dtype(Path(local)) or dtype
+    kwargs["dtype"] = getattr(torch, dtype)
     try:
         tokenizer = AutoTokenizer.from_pretrained(local)
         set_chat_template(tokenizer, model_cfg, tools)  # one that cannot work: refused before the weights

@@ -108,7 +108,7 @@ def get_model(cfg: dict[str, Any], hw: Hardware):
     # its chat template must then be able to call them; a refusal names the group that gives them
     tools = "tools" if cfg["tools"]["names"] else "env" if cfg["env"]["name"] else False
     model, tokenizer = load_model_and_tokenizer(
-        cfg["model"], hw, seed=cfg["seed"], tools=tools, optim=cfg["grpo"].get("optim")
+        cfg["model"], hw, seed=cfg["seed"], tools=tools, grpo=cfg["grpo"]
     )
     prefix = response_prefix(cfg["model"]["response_prefix"], tokenizer)
     if prefix:
