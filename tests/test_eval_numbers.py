@@ -281,8 +281,9 @@ def test_a_reward_paying_for_length_raises_the_reward_hacking_alarm(tmp_path):
         *["max_steps=3", "eval.every_n_steps=0", "eval.size=8", "eval.hacking_window=1"],
         "eval_sets@eval=none",  # no transfer set: the alarm reads the headline set only
         "grpo.max_completion_length=48",
-        "grpo.per_device_train_batch_size=8",  # one prompt x 8 completions a step
-        "grpo.gradient_accumulation_steps=1",
+        # one prompt x 8 completions a step, on fp32 weights: where the collapse was measured (bf16 weights
+        # in one micro-batch of 8 held the eval's accuracy at 3 steps)
+        *["grpo.per_device_train_batch_size=8", "grpo.gradient_accumulation_steps=1", "model.dtype=fp32"],
         *["learning_rate=1e-4", "dataset.train_size=64", *only_length],
         *[f"output_root={tmp_path}", "run_name=hacked"],
         timeout=600,
