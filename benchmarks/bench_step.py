@@ -265,9 +265,8 @@ def main() -> None:
     for item in args.set:
         key, value = item.split("=", 1)
         ours[key] = yaml.safe_load(value)
-    keys = ("per_device_train_batch_size", "gradient_accumulation_steps", "num_generations")
-    keys += ("max_completion_length",)  # plain TRL's batch too: 16 completions a step, generated at once
-    batch = {k: ours[k] for k in keys}
+    keys = "per_device_train_batch_size gradient_accumulation_steps num_generations max_completion_length"
+    batch = {k: ours[k] for k in keys.split()}  # plain TRL's too: the same completions and micro-batches
     completions = batch["per_device_train_batch_size"] * batch["gradient_accumulation_steps"]
     print(f"machine: {machine()}; commit {git_rev()}")
     print(

@@ -156,18 +156,23 @@ def launched_engine(env: Mapping[str, str] = os.environ) -> str | None:
     return None
 
 
-def weights_dtype(model_cfg: dict[str, Any], hw: Hardware, grpo: Mapping[str, Any]) -> str:
-    """`model.dtype` as a torch dtype name. `auto`: bf16 where something keeps the trained weights' updates:
-    on a GPU that has bf16, LoRA (PEFT's fp32 adapters), DeepSpeed or FSDP (fp32 copies); on a CPU that
-    computes bf16 natively (and `grpo.bf16` is not false), a full fine-tune with transformers' AdamW
-    (`grpo.optim` unset or an AdamW), which models/bf16_adamw.py replaces with one whose stochastic rounding
-    keeps updates under half a bf16 step: half the memory, ~25 % shorter steps (benchmarks/RESULTS.md). fp32
-    otherwise (TRL's own default), computing in bf16 under `bf16=true` autocast."""
+def weights_dtype(
+    model_cfg: dict[str, Any], hw: Hardware, grpo: Mapping[str, Any], trained: str | None = None
+) -> str:
+    """`model.dtype` as a torch dtype name. `auto`: `trained`, the dtype a checkpoint this package saved was
+    trained in (eval_only on it then reproduces its run's evals); else bf16 where something keeps the trained
+    weights' updates: on a GPU that has bf16, LoRA (PEFT's fp32 adapters), DeepSpeed or FSDP (fp32 copies); on
+    a CPU that computes bf16 natively (and `grpo.bf16` is not false), a full fine-tune with transformers'
+    AdamW (`grpo.optim` unset or an AdamW), which models/bf16_adamw.py replaces with one whose stochastic
+    rounding keeps updates under half a bf16 step (half the memory: benchmarks/RESULTS.md); else fp32 (TRL's
+    own default), computing in bf16 under `bf16=true` autocast."""
     from grpo_recipes.models.bf16_adamw import REPLACES
 
     dtype = model_cfg["dtype"]
     if dtype != "auto":
         return {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}.get(dtype, dtype)
+    if trained:
+        return trained
     lora, engine = model_cfg["lora"]["enabled"], launched_engine()
     if hw.gpu:  # PEFT's fp32 adapters; DeepSpeed's and FSDP's fp32 copies
         kept = lora or engine is not None

@@ -214,8 +214,7 @@ def quantization_config(lora: dict[str, Any], on_gpu: bool):
 
 
 def trained_dtype(local: Path) -> str | None:
-    """The dtype a checkpoint this package saved (trainer_state.json beside it) was trained in, which
-    `model.dtype: auto` keeps: eval_only on it then reproduces its run's evals."""
+    """The dtype a checkpoint this package saved (trainer_state.json beside it) was trained in."""
     if (local / "trainer_state.json").is_file() and (local / "config.json").is_file():
         return json.loads((local / "config.json").read_text()).get("dtype")
     return None
@@ -236,7 +235,6 @@ def load_model_and_tokenizer(
 
     path = model_cfg["path"]
     check_model_path(path)
-    dtype = weights_dtype(model_cfg, hw, grpo or {})
     kwargs = {}
     if model_cfg["attn_implementation"]:
         kwargs["attn_implementation"] = model_cfg["attn_implementation"]
@@ -247,9 +245,7 @@ def load_model_and_tokenizer(
         local = str(ensure_embedded(path[len(PREFIX) :]))
     else:
         local = str(Path(path).expanduser()) if Path(path).expanduser().exists() else path
-    if model_cfg["dtype"] == "auto":
-        dtype = trained_dtype(Path(local)) or dtype
-    kwargs["dtype"] = getattr(torch, dtype)
+    kwargs["dtype"] = getattr(torch, weights_dtype(model_cfg, hw, grpo or {}, trained_dtype(Path(local))))
     try:
         tokenizer = AutoTokenizer.from_pretrained(local)
         set_chat_template(tokenizer, model_cfg, tools)  # one that cannot work: refused before the weights
