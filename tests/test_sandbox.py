@@ -369,3 +369,32 @@ def test_a_program_killed_by_a_signal_is_a_failed_test_not_an_error(executors, l
         suicide = f"import os, signal\nos.kill(os.getpid(), signal.{signum})\n"
         assert _passed(executors[level], suicide + "def add(a, b):\n    return a + b") == 0
         assert not executors[level].run_one(Program(suicide)).ok
+
+
+def test_a_cgroup_v2_that_gives_its_children_no_pids_max_is_not_used(tmp_path):
+    """cgroup v2 shows a child `pids.max` only once the pids controller is on in its parent's
+    `cgroup.subtree_control`; where turning it on does not take, writing the child's file is refused and
+    every program failed (a lent GPU machine). Tried as a run uses it: no cgroup, programs still run."""
+    from rewards.sandbox.executor import pids_cgroup_base
+
+    base = tmp_path / "grpo-sandbox"
+    base.mkdir()
+    (base / "pids.max").write_text("max")
+    (base / "cgroup.subtree_control").write_text("")
+    assert pids_cgroup_base.__wrapped__((tmp_path,)) is None
+    assert (base / "cgroup.subtree_control").read_text() == "+pids"  # it asked for the controller
+    assert sorted(p.name for p in base.iterdir()) == ["cgroup.subtree_control", "pids.max"]  # probe removed
+    assert pids_cgroup_base.__wrapped__((tmp_path / "none",)) is None  # no cgroup filesystem there
+
+
+def test_a_sandbox_that_cannot_run_a_program_says_so_in_one_line():
+    from grpo_common.errors import ConfigError
+
+    broken = Executor(languages={"python": {"command": ["/nonexistent/python3", "{file}"]}})
+    with pytest.raises(ConfigError) as err:
+        broken.layers()
+    assert str(err.value) == (
+        "sandbox: cannot run a program on this machine: "
+        "interpreter '/nonexistent/python3' for language 'python' not found on PATH"
+    )
+    assert Executor().layers() == LAYERS  # a working one reports its layers

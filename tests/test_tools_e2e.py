@@ -133,3 +133,16 @@ def test_tools_under_two_process_ddp_count_each_rollout_once(tmp_path):
     assert sorted(e["index"] for e in fixed) == list(range(6))  # both ranks' shards, each problem once
     assert all(e["tool_calls"] == 1 and e["turns"][1]["content"] == e["answer"] for e in fixed)
     assert result["metrics"]["tools/calls_per_problem"] == 1.0 and result["metrics"]["accuracy"] == 1.0
+
+
+def test_a_sandbox_that_cannot_run_code_stops_a_python_tool_run_in_one_line(tmp_path):
+    """Otherwise every tool call would answer the same error for the whole run (every reward -1)."""
+    broken = 'sandbox.languages={python: {command: [/nonexistent/python3, "{file}"]}}'
+    proc = run_train(*TINY, "tools=python", broken, f"output_root={tmp_path}", "run_name=broken")
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines() == [
+        (
+            "error: sandbox: cannot run a program on this machine: "
+            "interpreter '/nonexistent/python3' for language 'python' not found on PATH"
+        )
+    ]

@@ -291,7 +291,7 @@ def test_humaneval_evaluates_from_the_command_line(tmp_path):
         *TINY, f"output_root={tmp_path}", "dataset=humaneval", "eval_only=true", "eval.size=3", "run_name=he"
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "code tasks run in the sandbox" in proc.stdout + proc.stderr
+    assert "model-written code runs in the sandbox" in proc.stdout + proc.stderr
     (path,) = (tmp_path / "he" / "eval_results").glob("eval_step_*.json")
     ev = json.loads(path.read_text())
     assert len(ev["examples"]) == 3

@@ -17,6 +17,11 @@ TOOL_NAMES = ("python", "calculator")  # `tools.names`: tools/<name>.py's make(m
 ENV_TOOLS = {"python_session": ("python",), "feedback": ("submit",)}
 
 
+def runs_code(names: Sequence[str], env: str | None) -> bool:
+    """Whether the model may run code through these tools (in the sandbox)."""
+    return "python" in (*names, *ENV_TOOLS.get(env or "", ()))
+
+
 def build_tools(names: Sequence[str], max_output_chars: int) -> list[Callable]:
     """The tool functions for `tools.names`, each reply cut to `max_output_chars`."""
     unknown = [n for n in names if n not in TOOL_NAMES]

@@ -41,13 +41,17 @@ def assemble(cfg: dict[str, Any], plan: RunPlan) -> Setup:
     from grpo_recipes.models.hardware import check_engine, detect_hardware
     from rewards import sandbox
     from tasks.registry import is_code_task
+    from tools import runs_code
 
     hw = detect_hardware()
     check_engine(hw.gpu)
     sandbox.configure(**cfg["sandbox"])  # checked (check_config); before any code runs
     taskset, train_dataset, eval_rows, curriculum = get_datasets(cfg)
-    if any(is_code_task(name) for name in taskset.names):
-        log.info("code tasks run in the sandbox: %s", sandbox.get_executor().layers())
+    # Model-written code (code tasks, the python tool) runs in the sandbox: one that cannot run a program
+    # here stops the run now, in one line, not after every reward or tool call has failed.
+    code_tools = runs_code(cfg["tools"]["names"], cfg["env"]["name"])
+    if code_tools or any(is_code_task(name) for name in taskset.names):
+        log.info("model-written code runs in the sandbox: %s", sandbox.get_executor().layers())
     model, tokenizer, peft_config, prefix = get_model(cfg, hw)
     reward_funcs, weights, faults = get_rewards(cfg, taskset, prefix, curriculum)
     tools, environment_factory = get_tools(cfg, taskset)

@@ -19,6 +19,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grpo_common.errors import ConfigError
 from rewards.sandbox import check_settings
 
 LAUNCHER = Path(__file__).with_name("launcher.py")
@@ -149,9 +150,15 @@ class Executor:
             return list(pool.map(self.run_one, programs))
 
     def layers(self) -> dict:
-        """Which isolation layers this machine gives a program (namespaces, Landlock ABI, caps)."""
+        """Which isolation layers this machine gives a program (namespaces, Landlock ABI, caps). A sandbox
+        that cannot run `print()` here raises ConfigError in one line: a run would otherwise score every
+        program, and answer every tool call, with the same error."""
         if not hasattr(self, "_layers"):
-            result = self.run_one(Program("true", language="bash"), report_layers=True)
+            result = self.run_one(Program("print('ok')"), report_layers=True)
+            if not (result.ok and result.stdout == "ok\n"):
+                stderr = [ln for ln in result.stderr.splitlines() if ln.strip() and "_layers" not in ln]
+                reason = result.error or (stderr[-1].strip() if stderr else f"exit code {result.returncode}")
+                raise ConfigError(f"sandbox: cannot run a program on this machine: {reason}")
             line = next((ln for ln in result.stderr.splitlines() if ln.startswith('{"sandbox_layers"')), None)
             self._layers = json.loads(line)["sandbox_layers"] if line else {}
         return self._layers
@@ -230,17 +237,33 @@ class Executor:
             shutil.rmtree(box, ignore_errors=True)
 
 
+CGROUP_ROOTS = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))  # cgroup v1 pids hierarchy, v2
+
+
 @functools.cache
-def pids_cgroup_base() -> Path | None:
-    """A cgroup directory where each run gets a child with `pids.max` (root, or a delegated cgroup)."""
-    for root in (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup")):  # cgroup v1 pids hierarchy, v2
-        base = root / "grpo-sandbox"
+def pids_cgroup_base(roots: Sequence[Path] = CGROUP_ROOTS) -> Path | None:
+    """A cgroup directory where each run gets a child with `pids.max` (root, or a delegated cgroup); None
+    where none works, tried as a run uses it. Under cgroup v2 the child has `pids.max` only once the pids
+    controller is enabled for the base's children: without that, writing it is refused (EACCES), and every
+    program failed (seen on a lent GPU machine)."""
+    for root in roots:
+        base, probe = root / "grpo-sandbox", root / "grpo-sandbox" / f"probe-{os.getpid()}"
         try:
             base.mkdir(exist_ok=True)
-            if (base / "pids.max").exists() and os.access(base, os.W_OK):
+            if not (base / "pids.max").exists() or not os.access(base, os.W_OK):
+                continue
+            control = base / "cgroup.subtree_control"  # v2 only
+            if control.exists() and "pids" not in control.read_text().split():
+                control.write_text("+pids")
+            probe.mkdir(exist_ok=True)
+            if (probe / "pids.max").exists():
+                (probe / "pids.max").write_text("1")
                 return base
         except OSError:
-            continue
+            pass
+        finally:
+            with suppress(OSError):
+                probe.rmdir()
     return None
 
 
