@@ -145,6 +145,39 @@ def test_generation_is_unchanged(tokenizer, rows):
     assert not any("forward" in vars(m) for m in fast.modules() if type(m) is torch.nn.Linear)  # unpacked
 
 
+def test_sampled_generation_of_several_sequences_a_prompt_decodes_on_packed_weights(tokenizer, monkeypatch):
+    """pass@k asks `generate` for several samples a prompt: its decoding passes have prompts x samples rows,
+    and take the packed weights too (they fell back to F.linear, reordering every weight at every token);
+    the same seed draws the same tokens as plain `generate` under autocast."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    plain = tiny_model(tokenizer, seed=2, hidden_size=64)
+    fast = copy.deepcopy(plain)
+    accelerator = Accelerator(cpu=True, mixed_precision="bf16")
+    fast_generation.fast_generation(fast, accelerator)
+    packed_calls, linear_pointwise = [], torch.ops.mkldnn._linear_pointwise
+
+    def spy(x, *args):
+        packed_calls.append(x.shape)
+        return linear_pointwise(x, *args)
+
+    monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", spy)
+    prompts = ["<|im_start|>user\n12+7?<|im_end|>\n", "9"]
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left")
+    kwargs = {"max_new_tokens": 8, "do_sample": True, "num_return_sequences": 3, "top_k": 0}
+    kwargs["pad_token_id"] = tokenizer.pad_token_id
+    with torch.no_grad():
+        torch.manual_seed(5)
+        got = fast.generate(**enc, **kwargs)
+        torch.manual_seed(5)
+        with accelerator.autocast():
+            expected = plain.generate(**enc, **kwargs)
+    assert got.shape[0] == 6 and torch.equal(got, expected)
+    assert packed_calls and all(shape[0] == 6 for shape in packed_calls)  # 2 prompts x 3 samples a pass
+
+
 def test_each_distinct_prompt_is_prefilled_once(tokenizer):
     """GRPO's rows repeat each prompt: the prompt goes through the model once, the cache is expanded to its
     rows, and generation continues as from a prefill of every row (bf16 rounding apart)."""

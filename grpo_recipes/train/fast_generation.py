@@ -88,6 +88,12 @@ def buffered_cache(model, dtype):
     return cache
 
 
+def sequences_per_prompt(kwargs: dict) -> int:
+    """The rows `generate` decodes for each prompt row (`num_return_sequences`, e.g. pass@k's samples)."""
+    config = kwargs.get("generation_config")
+    return kwargs.get("num_return_sequences") or getattr(config, "num_return_sequences", None) or 1
+
+
 def prefilled_cache(model, kwargs: dict):
     """The bf16 buffered cache for a `generate` call, filled with all but the last token of each distinct
     prompt, once, and expanded to every row: GRPO repeats each prompt `num_generations` times, and
@@ -96,10 +102,9 @@ def prefilled_cache(model, kwargs: dict):
     import torch
 
     cache = buffered_cache(model, torch.bfloat16)
-    ids, mask, config = (kwargs.get(k) for k in ("input_ids", "attention_mask", "generation_config"))
+    ids, mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
     inputs = [k for k, v in kwargs.items() if torch.is_tensor(v) and k not in ("input_ids", "attention_mask")]
-    samples = kwargs.get("num_return_sequences") or getattr(config, "num_return_sequences", None) or 1
-    if cache is None or inputs or mask is None or ids.size(1) < 2 or samples > 1:
+    if cache is None or inputs or mask is None or ids.size(1) < 2 or sequences_per_prompt(kwargs) > 1:
         return cache
     unique, rows = torch.unique(torch.cat([ids, mask], dim=1), dim=0, return_inverse=True)
     if len(unique) < len(ids):
@@ -130,7 +135,8 @@ def fast_generation(model, accelerator) -> str:
         def fast_generate(*args, **kwargs):
             ids = kwargs.get("input_ids")  # TRL and the eval pass keywords; other calls: autocast alone
             pack = why_not_packed is None and ids is not None
-            with accelerator.autocast(), packed_linears(model, rows=len(ids) if pack else 0):
+            rows = len(ids) * sequences_per_prompt(kwargs) if pack else 0  # one token a decoded sequence
+            with accelerator.autocast(), packed_linears(model, rows=rows):
                 if pack and kwargs.get("past_key_values") is None and kwargs.get("use_cache", True):
                     kwargs["past_key_values"] = prefilled_cache(model, kwargs)  # prefill on the bf16 copies
                 return generate(*args, **kwargs)
