@@ -184,11 +184,13 @@ def test_vllm_colocate_trains_and_the_fixed_eval_generates_with_it(tmp_path):
     by_vllm = json.loads((run / "eval_results" / "eval_step_2.json").read_text())
     by_hf = json.loads((tmp_path / "h" / "eval_results" / "eval_step_2.json").read_text())
     assert [e["question"] for e in by_vllm["examples"]] == [e["question"] for e in by_hf["examples"]]
-    # the same metric names; the chance line is scored at a run's first eval, and eval_only's is its first
+    # the same metric names, less what one side alone has: the chance line, scored at a run's first eval
+    # (eval_only's is its first), and the reward-hacking alarm, a run's training reward against its eval
     chance = {k for k in by_hf["metrics"] if k.startswith("chance/")}
     first = json.loads((run / "eval_results" / "eval_step_0.json").read_text())
-    assert chance and chance <= set(first["metrics"])
-    assert set(by_vllm["metrics"]) - {"seconds"} == set(by_hf["metrics"]) - {"seconds"} - chance
+    assert chance and chance <= set(first["metrics"]) and "reward_hacking" in by_vllm["metrics"]
+    run_only = {"seconds", "reward_hacking"}
+    assert set(by_vllm["metrics"]) - run_only == set(by_hf["metrics"]) - {"seconds"} - chance
     assert set(by_vllm["examples"][0]) == set(by_hf["examples"][0])
 
 
