@@ -375,7 +375,7 @@ def test_a_cgroup_v2_that_gives_its_children_no_pids_max_is_not_used(tmp_path):
     """cgroup v2 shows a child `pids.max` only once the pids controller is on in its parent's
     `cgroup.subtree_control`; where turning it on does not take, writing the child's file is refused and
     every program failed (a lent GPU machine). Tried as a run uses it: no cgroup, programs still run."""
-    from rewards.sandbox.executor import pids_cgroup_base
+    from rewards.sandbox.processes import pids_cgroup_base
 
     base = tmp_path / "grpo-sandbox"
     base.mkdir()

@@ -4,23 +4,20 @@ back capped. Any language plugs in by a command template: `{"node": {"command": 
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from grpo_common.errors import ConfigError
 from rewards.sandbox import check_settings
+from rewards.sandbox.processes import kill_cgroup, kill_group, pids_cgroup_base, user_tasks
 
 LAUNCHER = Path(__file__).with_name("launcher.py")
 # Readable by every program: system directories and what of /etc an interpreter needs (not all of it:
@@ -155,12 +152,13 @@ class Executor:
         program, and answer every tool call, with the same error."""
         if not hasattr(self, "_layers"):
             result = self.run_one(Program("print('ok')"), report_layers=True)
+            lines = [ln.strip() for ln in result.stderr.splitlines() if ln.strip()]
+            report = next((ln for ln in lines if ln.startswith('{"sandbox_layers"')), None)
             if not (result.ok and result.stdout == "ok\n"):
-                stderr = [ln for ln in result.stderr.splitlines() if ln.strip() and "_layers" not in ln]
-                reason = result.error or (stderr[-1].strip() if stderr else f"exit code {result.returncode}")
+                other = [ln for ln in lines if ln is not report]
+                reason = result.error or (other[-1] if other else f"exit code {result.returncode}")
                 raise ConfigError(f"sandbox: cannot run a program on this machine: {reason}")
-            line = next((ln for ln in result.stderr.splitlines() if ln.startswith('{"sandbox_layers"')), None)
-            self._layers = json.loads(line)["sandbox_layers"] if line else {}
+            self._layers = json.loads(report)["sandbox_layers"] if report else {}
         return self._layers
 
     def run_one(self, program: Program, report_layers: bool = False) -> Result:
@@ -235,82 +233,6 @@ class Executor:
             if cgroup is not None and cgroup.exists():
                 kill_cgroup(cgroup)
             shutil.rmtree(box, ignore_errors=True)
-
-
-CGROUP_ROOTS = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))  # cgroup v1 pids hierarchy, v2
-
-
-@functools.cache
-def pids_cgroup_base(roots: Sequence[Path] = CGROUP_ROOTS) -> Path | None:
-    """A cgroup directory where each run gets a child with `pids.max` (root, or a delegated cgroup); None
-    where none works, tried as a run uses it. Under cgroup v2 the child has `pids.max` only once the pids
-    controller is enabled for the base's children: without that, writing it is refused (EACCES), and every
-    program failed (seen on a lent GPU machine)."""
-    for root in roots:
-        base, probe = root / "grpo-sandbox", root / "grpo-sandbox" / f"probe-{os.getpid()}"
-        try:
-            base.mkdir(exist_ok=True)
-            if not (base / "pids.max").exists() or not os.access(base, os.W_OK):
-                continue
-            control = base / "cgroup.subtree_control"  # v2 only
-            if control.exists() and "pids" not in control.read_text().split():
-                control.write_text("+pids")
-            probe.mkdir(exist_ok=True)
-            if (probe / "pids.max").exists():
-                (probe / "pids.max").write_text("1")
-                return base
-        except OSError:
-            pass
-        finally:
-            with suppress(OSError):
-                probe.rmdir()
-    return None
-
-
-def kill_cgroup(cgroup: Path) -> None:
-    """Kill every process in the run's cgroup (including any that left the process group), remove it."""
-    for _ in range(200):
-        try:
-            pids = [int(p) for p in (cgroup / "cgroup.procs").read_text().split()]
-        except (OSError, ValueError):
-            break
-        if not pids:
-            break
-        for pid in pids:
-            with suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.005)
-    for _ in range(100):
-        try:
-            return cgroup.rmdir()
-        except FileNotFoundError:
-            return
-        except OSError:  # busy until the last killed process is reaped
-            time.sleep(0.01)
-
-
-def kill_group(proc: subprocess.Popen) -> None:
-    """Kill the program and everything it started (its session's process group), then reap."""
-    with suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-def user_tasks() -> int:
-    """Processes and threads this uid runs now (RLIMIT_NPROC counts them all)."""
-    uid, n = os.getuid(), 0
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                if entry.stat().st_uid == uid:
-                    n += len(os.listdir(f"/proc/{entry.name}/task"))
-            except OSError:
-                continue
-    return n
 
 
 def read_capped(path: Path, limit: int) -> str:
