@@ -8,17 +8,19 @@ takes.
    product over it); on a GPU the same on the GPU.
 2. The step's bound from its real shapes (completions, mean prompt and completion tokens, the model's
    layers, a reference model when beta > 0, updates per generation): for each phase the larger of its FLOPs
-   at the GEMM peak and its bytes at the read bandwidth. Prefill: every prompt token through the body, one
-   LM-head row per completion. Decode: one pass per generated token, reading every bf16 weight and the KV
-   cache. Training forward: every token through the body, the LM head on completion tokens only; backward:
-   twice its FLOPs. Optimizer: AdamW reading the weights, gradients and two moments (16 bytes a parameter
-   for fp32 weights; 8 for bf16 ones and BF16AdamW, model.dtype's default on a CPU with native bf16); its
-   writes go back to the lines it just read and ride along (measured here: a fused AdamW step moves 28
-   bytes a parameter at ~44 GB/s, an in-place add reads and writes at ~38 GB/s, while no read-only kernel
-   passes ~29 GB/s): counted at the read bandwidth they made a "bound" AdamW beat (0.7x).
+   at the GEMM peak and its bytes at the read bandwidth. Prefill: each distinct prompt (GRPO repeats each
+   one num_generations times) through the body, its last token aside. Decode: one pass per generated token
+   and one for the prompts' last token, reading every bf16 weight and the KV cache. Training forward: every
+   token through the body, the LM head on completion tokens only; backward: twice its FLOPs. Optimizer:
+   AdamW reading the weights, gradients and two moments (16 bytes a parameter for fp32 weights; 8 for bf16
+   ones and BF16AdamW, model.dtype's default on a CPU with native bf16); its writes go back to the lines it
+   just read and ride along (measured here: a fused AdamW step moves 28 bytes a parameter at ~44 GB/s, an
+   in-place add reads and writes at ~38 GB/s, while no read-only kernel passes ~29 GB/s): counted at the
+   read bandwidth they made a "bound" AdamW beat (0.7x).
 3. The recipe's step (grpo/default.yaml, its trainer class and fast paths, as train_grpo.py builds it),
    timed per phase by
-   hooks: the model's first forward inside `generate` (prefill), the later ones (decode), the rest of
+   hooks: the decoder body's prefill of the distinct prompts (or, without it, the model's first forward
+   inside `generate`), the model's forwards inside `generate` (decode), the rest of
    `generate` (sampling, the loop), the forwards with gradients (training forward), `backward`, the
    optimizer step, and the rest (rewards, data, logging). Medians over steps 3 onward.
 Prints phase | bound | measured | ratio, and the whole step's ratio: median step / summed bound.
@@ -77,11 +79,11 @@ def machine_peaks(config, device) -> tuple[float, float]:
 def step_bounds(
     config, n_params: int, shapes: dict, peak: float, bandwidth: float, weight_bytes: int = 4
 ) -> dict[str, float]:
-    """Seconds per phase at the machine's limit (shapes: completions B, prompt tokens P, completion
-    tokens C (the longest: every pass runs the whole batch), decode passes, and passes: model passes over
-    the batch with gradients or for old/reference log-probs; weight_bytes: 4 for fp32 weights, gradients
-    and AdamW moments, 2 for bf16 ones)."""
-    B, P, C = shapes["completions"], shapes["prompt_tokens"], shapes["completion_tokens"]
+    """Seconds per phase at the machine's limit (shapes: completions B of distinct prompts U, prompt
+    tokens P, completion tokens C (the longest: every pass runs the whole batch), decode passes, and passes:
+    model passes over the batch with gradients or for old/reference log-probs; weight_bytes: 4 for fp32
+    weights, gradients and AdamW moments, 2 for bf16 ones)."""
+    B, U, P, C = (shapes[k] for k in ("completions", "prompts", "prompt_tokens", "completion_tokens"))
     passes = shapes["decode_passes"]
     d, layers, vocab = config.hidden_size, config.num_hidden_layers, config.vocab_size
     head = d * vocab  # the LM head's weights (tied to the embedding in SmolLM2)
@@ -94,7 +96,7 @@ def step_bounds(
     def bound(flops: float, bytes_: float) -> float:
         return max(flops / peak, bytes_ / bandwidth)
 
-    prefill = bound(2 * body * B * P + 2 * head * B + attention(B * P, P / 2), 2 * n_params)
+    prefill = bound(2 * body * U * (P - 1) + attention(U * (P - 1), P / 2), 2 * n_params)
     decode = sum(  # token t reads every bf16 weight and the KV cache of P + t positions (k and v)
         bound(
             2 * (body + head) * B + attention(B, P + t), 2 * n_params + 2 * 2 * layers * kv_dim * B * (P + t)
@@ -116,33 +118,54 @@ def step_bounds(
 
 class PhaseClock:
     """Times the model's forwards by phase (hooks: whatever wraps `forward`, the hooks see every call) and
-    what `generate` spends outside them."""
+    what `generate` spends outside them. The recipe prefills each distinct prompt through the decoder body
+    alone (train/fast_generation.py): a body pass inside `generate` but outside a model pass is the prefill,
+    and every model pass of that `generate` a decoding pass."""
 
     def __init__(self, model, device):
         self.device, self.parts, self.in_generate, self.calls = device, defaultdict(float), False, 0
+        self.prefilled, self.in_model = False, False
         model.register_forward_pre_hook(self.before)
         model.register_forward_hook(self.after)
+        body = model.get_decoder()
+        body.register_forward_pre_hook(self.before_body)
+        body.register_forward_hook(self.after_body)
 
     def before(self, module, args):
         sync(self.device)
-        self.start = time.perf_counter()
+        self.start, self.in_model = time.perf_counter(), True
 
     def after(self, module, args, output):
         sync(self.device)
         seconds = time.perf_counter() - self.start
+        self.in_model = False
         if self.in_generate:
-            self.parts["prefill" if self.calls == 0 else "decode"] += seconds
-            self.parts["decode passes"] += self.calls > 0
+            prefill = self.calls == 0 and not self.prefilled
+            self.parts["prefill" if prefill else "decode"] += seconds
+            self.parts["decode passes"] += not prefill
             self.calls += 1
         else:
             self.parts["training forward"] += seconds
         self.forward_in_generate = getattr(self, "forward_in_generate", 0.0) + seconds * self.in_generate
 
+    def before_body(self, module, args):
+        if self.in_generate and not self.in_model:
+            sync(self.device)
+            self.body_start = time.perf_counter()
+
+    def after_body(self, module, args, output):
+        if self.in_generate and not self.in_model:
+            sync(self.device)
+            seconds = time.perf_counter() - self.body_start
+            self.parts["prefill"] += seconds
+            self.forward_in_generate += seconds
+            self.prefilled = True
+
     def wrap_generate(self, model):
         generate = model.generate
 
         def timed(*args, **kwargs):
-            self.in_generate, self.calls, self.forward_in_generate = True, 0, 0.0
+            self.in_generate, self.calls, self.forward_in_generate, self.prefilled = True, 0, 0.0, False
             start = time.perf_counter()
             try:
                 return generate(*args, **kwargs)
@@ -249,6 +272,7 @@ def main() -> None:
     completions = config.per_device_train_batch_size * config.gradient_accumulation_steps
     shapes = {
         "completions": completions,
+        "prompts": completions // config.num_generations,
         "prompt_tokens": round(
             statistics.mean(
                 (log["num_tokens"] - prev["num_tokens"]) / completions  # a step's tokens, all micro-batches

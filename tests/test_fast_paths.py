@@ -189,10 +189,11 @@ def test_each_distinct_prompt_is_prefilled_once(tokenizer):
     fast = copy.deepcopy(plain)
     accelerator = Accelerator(cpu=True, mixed_precision="bf16")
     fast_generation.fast_generation(fast, accelerator)
-    rows = []
-    fast.register_forward_pre_hook(
+    rows, head_rows = [], []
+    fast.get_decoder().register_forward_pre_hook(
         lambda m, args, kwargs: rows.append(kwargs["input_ids"].shape), with_kwargs=True
     )
+    fast.lm_head.register_forward_pre_hook(lambda m, args: head_rows.append(args[0].shape[0]))
     prompts = ["<|im_start|>user\n12+7?<|im_end|>\n", "<|im_start|>assistant\n"] * 3
     enc = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left")
     kwargs = {"max_new_tokens": 6, "do_sample": False, "pad_token_id": tokenizer.pad_token_id}
@@ -203,6 +204,7 @@ def test_each_distinct_prompt_is_prefilled_once(tokenizer):
             expected = plain.generate(**enc, **kwargs)
     width = enc["input_ids"].shape[1]
     assert rows[:2] == [(2, width - 1), (6, 1)]  # the distinct prompts less their last token, then every row
+    assert head_rows == [6] * 6  # the prefill's logits are not computed: one head pass a generated token
     assert torch.equal(got.sequences, expected.sequences)
     for a, b in zip(got.logits, expected.logits):
         assert torch.allclose(a, b, atol=0.05)

@@ -110,13 +110,9 @@ def prefilled_cache(model, kwargs: dict):
     if len(unique) < len(ids):
         ids, mask = unique[:, : ids.size(1) - 1], unique[:, ids.size(1) : -1]
         positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)  # as generate numbers left padding
-        model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=positions,
-            past_key_values=cache,
-            logits_to_keep=1,
-        )
+        # the body only: its logits would be thrown away, and the head's [rows, 1, hidden] slice takes a
+        # batched GEMM on a copy of the expanded 113 MB weight (~0.17 s a step)
+        model.get_decoder()(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache)
         cache.batch_select_indices(rows)
     return cache
 
