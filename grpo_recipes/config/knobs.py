@@ -209,9 +209,7 @@ KNOBS: dict[str, dataclasses.Field] = {
 }
 SCHEMA: dict[str, Value] = {key: f.metadata["accepts"] for key, f in KNOBS.items()}
 # Sections whose every key is declared: the groups and their nested groups ("" is the top level).
-CLOSED_SECTIONS = tuple(
-    [""] + [g for g in GROUPS if g] + sorted({k.rsplit(".", 1)[0] for k in KNOBS if k.count(".") == 2})
-)
+CLOSED_SECTIONS = (*GROUPS, *sorted({k.rsplit(".", 1)[0] for k in KNOBS if k.count(".") == 2}))
 
 
 def may_change_on_resume(key: str) -> bool:

@@ -91,19 +91,16 @@ def compose(
         search.append(f"hydra.searchpath=[file://{Path(line.config_dir).expanduser().resolve()}]")
     # --config-path is relative to train_grpo.py, as Hydra reads it (config_dir stays the caller's: an error
     # below composes again from it)
-    where = config_dir if line.config_path is None else config_dir.parent / line.config_path
-    error = None
-    with initialize_config_dir(version_base="1.3", config_dir=str(where.resolve()), job_name="train_grpo"):
-        try:
+    where = str((config_dir if line.config_path is None else config_dir.parent / line.config_path).resolve())
+    try:
+        with initialize_config_dir(version_base="1.3", config_dir=where, job_name="train_grpo"):
             cfg = hydra_compose(
                 line.config_name or "train", overrides=overrides + search, return_hydra_config=True
             )
-        except MissingConfigException as err:
-            raise ConfigError(_missing_option(err)) from None
-        except ConfigCompositionException as err:
-            error = err
-    if error is not None:  # outside the block: naming an unknown key composes the config again
-        raise ConfigError(_composition_error(error, config_dir, line, overrides))
+    except MissingConfigException as err:
+        raise ConfigError(_missing_option(err)) from None
+    except ConfigCompositionException as err:  # outside the block: naming an unknown key composes again
+        raise ConfigError(_composition_error(err, config_dir, line, overrides)) from None
     raw = OmegaConf.to_container(cfg, resolve=False)
     if missing := _unset({k: v for k, v in raw.items() if k != "hydra"}):  # before run_name reads them
         doc = KNOBS[missing].metadata["doc"] if missing in KNOBS else "a value"
