@@ -8,8 +8,7 @@ grpo_recipes.config`).
 
 The defaults go to Hydra as plain values rather than typed dataclass nodes: OmegaConf's typed nodes
 coerce (`yes` to true, `1` to "1"), and the contract here is exact types, checked by `checks.py`.
-The `grpo` group is open: any GRPOConfig field of the installed TRL may be set; its declarations
-(grpo_knobs.py) give the recipe's defaults, the ranges TRL leaves unchecked, and the recipe's own fields.
+The `grpo` group's declarations: grpo_knobs.py.
 """
 
 from __future__ import annotations
