@@ -27,11 +27,10 @@ def check_values(cfg: Mapping[str, Any], world_size: int | None = None) -> None:
     for group in CLOSED_SECTIONS:
         found, section = lookup(cfg, group) if group else (True, cfg)
         if found and isinstance(section, Mapping):
-            prefix = f"{group}." if group else ""
-            known = {k[len(prefix) :].split(".")[0] for k in SCHEMA if k.startswith(prefix)}  # groups too
+            known = known_keys(group)
             for key in section:
                 if key not in known:
-                    raise ConfigError(unknown_key_message(f"{prefix}{key}", sorted(known)))
+                    raise ConfigError(unknown_key_message(f"{group}.{key}" if group else key, known))
     if cfg["grpo"].get("eval_strategy", "no") != "no":
         raise ConfigError(
             f"grpo.eval_strategy={show(cfg['grpo']['eval_strategy'])}: the recipe runs its own fixed "
@@ -223,6 +222,12 @@ def check_tools(cfg: Mapping[str, Any]) -> None:
                 f"dataset.few_shot: a worked example calls the tool '{name}', which this run does not give "
                 f"the model; its tools: {shown}"
             )
+
+
+def known_keys(section: str) -> list[str]:
+    """The keys declared directly under a closed section ("" is the top level), nested groups included."""
+    prefix = f"{section}." if section else ""
+    return sorted({k[len(prefix) :].split(".")[0] for k in SCHEMA if k.startswith(prefix)})
 
 
 def unknown_key_message(key: str, known: list[str]) -> str:
