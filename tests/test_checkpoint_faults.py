@@ -188,7 +188,7 @@ def test_a_killed_saves_leftover_is_removed_and_no_checkpoint_is_none(tmp_path, 
 def test_the_max_steps_check_counts_from_the_checkpoint_that_is_used(killed, tmp_path):
     run = copy_run(killed, tmp_path)
     cut(run / "checkpoint-3" / "model.safetensors")
-    resume.check_resume_point(run, 3, main=True)  # continues from checkpoint-2: step 3 is left to train
+    resume.check_resume_point(run, 3)  # continues from checkpoint-2: step 3 is left to train
     assert resume.last_checkpoint_step(run) == 2 and (run / "checkpoint-3.damaged").is_dir()
     with pytest.raises(ConfigError, match="max_steps=2: .* continues from checkpoint-2, so max_steps must"):
         resume.check_resume_point(run, 2)

@@ -1,5 +1,5 @@
 """The tool reward terms (rewards/tool_use.py), what the config check refuses across tools=, env= and the
-dataset (grpo_recipes/config/tool_checks.py), worked examples with tool turns, and the tool turns
+dataset (check_tools, grpo_recipes/config/checks.py), worked examples with tool turns, and the tool turns
 samples.jsonl and report.md show."""
 
 from __future__ import annotations

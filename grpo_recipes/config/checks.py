@@ -13,6 +13,7 @@ from grpo_common.errors import ConfigError, did_you_mean
 from grpo_recipes.config.cli import trl_hint
 from grpo_recipes.config.knobs import CLOSED_SECTIONS, SCHEMA
 from grpo_recipes.config.values import Float, lookup, show
+from tools import ENV_TOOLS
 
 
 def check_values(cfg: Mapping[str, Any], world_size: int | None = None) -> None:
@@ -26,11 +27,10 @@ def check_values(cfg: Mapping[str, Any], world_size: int | None = None) -> None:
     for group in CLOSED_SECTIONS:
         found, section = lookup(cfg, group) if group else (True, cfg)
         if found and isinstance(section, Mapping):
-            prefix = f"{group}." if group else ""
-            known = {k[len(prefix) :].split(".")[0] for k in SCHEMA if k.startswith(prefix)}  # groups too
+            known = known_keys(group)
             for key in section:
                 if key not in known:
-                    raise ConfigError(unknown_key_message(f"{prefix}{key}", sorted(known)))
+                    raise ConfigError(unknown_key_message(f"{group}.{key}" if group else key, known))
     if cfg["grpo"].get("eval_strategy", "no") != "no":
         raise ConfigError(
             f"grpo.eval_strategy={show(cfg['grpo']['eval_strategy'])}: the recipe runs its own fixed "
@@ -70,7 +70,6 @@ def check_config(cfg: Mapping[str, Any]) -> list[float]:
     rules: trainer_args.check_trainer_config.)"""
     check_values(cfg)
     from grpo_common.templates import TRL_PREFIX, load_chat_template
-    from grpo_recipes.config.tool_checks import check_tools
     from grpo_recipes.models.loading import check_model_path
     from grpo_recipes.train.data import few_shot, system_prompt, transfer_sets
     from rewards import RewardContext, build_rewards
@@ -183,6 +182,52 @@ def check_curriculum(cfg: Mapping[str, Any]) -> None:
             "grpo.restore_callback_states_from_checkpoint=true: with dataset.curriculum on, the curriculum "
             "restores its levels itself on resume; leave it false"
         )
+
+
+TOOL_REWARDS = ("tool_format", "tool_errors")  # rewards/tool_use.py: they read tool turns
+
+
+def check_tools(cfg: Mapping[str, Any]) -> None:
+    """The rules that span the tools=, env= and dataset groups: every tool name the model is shown is unique,
+    the iteration cap lets the feedback environment's turns happen, the tool reward terms and the worked
+    examples' tool calls have tools to count or call. (The chat template's ability to call tools is checked
+    when the tokenizer loads: grpo_recipes/models/loading.py.)"""
+    from grpo_recipes.train.data import few_shot
+
+    env = cfg["env"]["name"]  # the tools the model is shown: tools.names, then the environment's methods
+    names = [*dict.fromkeys(cfg["tools"]["names"]), *(ENV_TOOLS[env] if env else ())]
+    clash = sorted({n for n in names if names.count(n) > 1})
+    if clash:
+        raise ConfigError(
+            f"env.name={env}: tools.names gives the model a tool named '{clash[0]}' too, and it cannot tell "
+            "them apart: keep one (tools=none, or env=none)"
+        )
+    cap, turns = cfg["grpo"].get("max_tool_calling_iterations"), cfg["env"]["max_turns"]
+    if env == "feedback" and cap is not None and cap < turns:
+        raise ConfigError(
+            f"grpo.max_tool_calling_iterations={cap}: env=feedback needs at least env.max_turns={turns} "
+            "tool-calling turns (one per answer submitted); raise it, or lower env.max_turns"
+        )
+    for key, spec in cfg["dataset"]["rewards"].items():
+        fn = spec.get("fn", key) if isinstance(spec, Mapping) else key
+        if spec is not None and fn in TOOL_REWARDS and not names:
+            raise ConfigError(
+                f"dataset.rewards.{key}: {fn} scores tool calls, and this run gives the model no tool: "
+                "add tools= or env=, or drop it"
+            )
+    for name in (name for shot in few_shot(cfg["dataset"]) for name, _, _ in shot.tool_calls):
+        if name not in names:
+            shown = ", ".join(names) if names else "none (add tools= or env=)"
+            raise ConfigError(
+                f"dataset.few_shot: a worked example calls the tool '{name}', which this run does not give "
+                f"the model; its tools: {shown}"
+            )
+
+
+def known_keys(section: str) -> list[str]:
+    """The keys declared directly under a closed section ("" is the top level), nested groups included."""
+    prefix = f"{section}." if section else ""
+    return sorted({k[len(prefix) :].split(".")[0] for k in SCHEMA if k.startswith(prefix)})
 
 
 def unknown_key_message(key: str, known: list[str]) -> str:

@@ -21,10 +21,9 @@ OPEN_PREFIXES = ("grpo.", "dataset.tasks.", "dataset.rewards.", "eval.transfer."
 
 def rewrite_argv(argv: list[str], config_dir: Path) -> list[str]:
     """Command-line sugar, before Hydra parses it: `model=<hub id or local path>` -> `model=custom
-    model.path=<it>`, or the preset for that hub id (ModelOptions); TRL's spelling into ours
+    model.path=<it>`, or the preset for that hub id (select_model); TRL's spelling into ours
     (`model_name_or_path=X` as `model=X`, MODEL_FIELDS, `num_generations=4` -> `grpo.num_generations=4`,
     `report_to=wandb` -> `logger=wandb`); `grpo.x=1` -> `++grpo.x=1` (OPEN_PREFIXES); -m to the front."""
-    models = ModelOptions(config_dir / "model")
     loggers = {p.stem for p in (config_dir / "logger").glob("*.yaml")}
     # the top-level knobs and every group, declared or a folder: never rewritten into grpo
     ours = {k.split(".")[0] for k in SCHEMA} | {p.name for p in config_dir.iterdir() if p.is_dir()}
@@ -35,7 +34,7 @@ def rewrite_argv(argv: list[str], config_dir: Path) -> list[str]:
         match = re.fullmatch(r"(\+{0,2})([\w.]+)=(.*)", arg)
         prefix, key, value = match.groups() if match else ("", "", "")
         if key in ("model", "model_name_or_path", "model.model_name_or_path"):
-            out += models.select(value, any_value=key != "model") or [arg]
+            out += select_model(value, key != "model", config_dir / "model") or [arg]
         elif key in QUANTIZE_FLAGS:
             out.append(f"model.lora.quantize={QUANTIZE_FLAGS[key] if value.lower() == 'true' else 'null'}")
         elif key in MODEL_FIELDS:
@@ -51,31 +50,23 @@ def rewrite_argv(argv: list[str], config_dir: Path) -> list[str]:
     return out
 
 
-class ModelOptions:
-    """The model presets (config/model/*.yaml) and the hub id each is for."""
-
-    def __init__(self, model_dir: Path):
+def select_model(value: str, any_value: bool, model_dir: Path) -> list[str] | None:
+    """The overrides that pick model `value`: a preset (config/model/*.yaml), the preset for that hub id, or
+    model=custom; None: leave `model=value` to Hydra (an option, or a typo that gets the close ones).
+    `any_value`: TRL's model_name_or_path, always a model path or id."""
+    presets = sorted(model_dir.glob("*.yaml"))
+    if value in {p.stem for p in presets}:
+        return [f"model={value}"]
+    if "/" in value:  # a hub id a preset is for
         import yaml
 
-        self.options = {p.stem for p in model_dir.glob("*.yaml")}
-        self.by_path = {}
-        for p in sorted(model_dir.glob("*.yaml")):
-            data = yaml.safe_load(p.read_text()) or {}
-            path = (data.get("model") or {}).get("path")  # presets are `# @package _global_`
-            if isinstance(path, str) and "/" in path:
-                self.by_path[path] = p.stem
-
-    def select(self, value: str, any_value: bool) -> list[str] | None:
-        """The overrides that pick model `value`; None: leave `model=value` to Hydra (an option, or a typo
-        that gets the close ones). `any_value`: TRL's model_name_or_path, always a model path or id."""
-        if value in self.options:
-            return [f"model={value}"]
-        if value in self.by_path:
-            return [f"model={self.by_path[value]}"]
-        if not (any_value or _names_models(value)):
-            return None
-        out = ["model=custom", f"model.path={value}"]
-        return out + ([f"model.name={model_name_from_path(value)}"] if "," not in value else [])
+        for p in presets:
+            if ((yaml.safe_load(p.read_text()) or {}).get("model") or {}).get("path") == value:
+                return [f"model={p.stem}"]  # presets are `# @package _global_`
+    if not (any_value or _names_models(value)):
+        return None
+    out = ["model=custom", f"model.path={value}"]
+    return out + ([f"model.name={model_name_from_path(value)}"] if "," not in value else [])
 
 
 def _names_models(value: str) -> bool:

@@ -24,8 +24,6 @@ from grpo_recipes.config.values import (
 
 @dataclass
 class RecipeGRPOFields:
-    """The recipe's own GRPO knobs: TRL's GRPOConfig extended with them (trainer_args.py)."""
-
     fast_paths: Any = knob("auto", Choice("auto", True, False), "the CPU speed-ups (README)", resume=True)
     compile_layers: Any = knob(
         "auto",
@@ -47,8 +45,6 @@ class RecipeGRPOFields:
 
 @dataclass
 class GRPO(RecipeGRPOFields):
-    """GRPOConfig fields: the recipe's defaults (a small model on a CPU) and ranges TRL leaves unchecked."""
-
     num_generations: int = knob(8, Int(2), "completions per prompt (the group)")
     per_device_train_batch_size: int = knob(16, COUNT, "completions, not prompts: 16 = 2 prompts x 8")
     gradient_accumulation_steps: int = knob(1, COUNT, "micro-batches per update")

@@ -8,8 +8,7 @@ grpo_recipes.config`).
 
 The defaults go to Hydra as plain values rather than typed dataclass nodes: OmegaConf's typed nodes
 coerce (`yes` to true, `1` to "1"), and the contract here is exact types, checked by `checks.py`.
-The `grpo` group is open: any GRPOConfig field of the installed TRL may be set; its declarations
-(grpo_knobs.py) give the recipe's defaults, the ranges TRL leaves unchecked, and the recipe's own fields.
+The `grpo` group's declarations: grpo_knobs.py.
 """
 
 from __future__ import annotations
@@ -209,9 +208,7 @@ KNOBS: dict[str, dataclasses.Field] = {
 }
 SCHEMA: dict[str, Value] = {key: f.metadata["accepts"] for key, f in KNOBS.items()}
 # Sections whose every key is declared: the groups and their nested groups ("" is the top level).
-CLOSED_SECTIONS = tuple(
-    [""] + [g for g in GROUPS if g] + sorted({k.rsplit(".", 1)[0] for k in KNOBS if k.count(".") == 2})
-)
+CLOSED_SECTIONS = (*GROUPS, *sorted({k.rsplit(".", 1)[0] for k in KNOBS if k.count(".") == 2}))
 
 
 def may_change_on_resume(key: str) -> bool:

@@ -28,8 +28,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from grpo_common.errors import ConfigError, did_you_mean, first_line
 from grpo_recipes.config import resume
-from grpo_recipes.config.checks import check_config, check_values, unknown_key_message
-from grpo_recipes.config.knobs import KNOBS, register
+from grpo_recipes.config.checks import check_config, check_values, known_keys, unknown_key_message
+from grpo_recipes.config.knobs import CLOSED_SECTIONS, KNOBS, register
 
 MAX_JOBS_PLANNED = 512  # a bigger sweep is checked one swept value at a time, each value once
 
@@ -89,21 +89,17 @@ def compose(
     search = [f"hydra.job.num={job_num}"] if job_num is not None else []
     if line.config_dir is not None:
         search.append(f"hydra.searchpath=[file://{Path(line.config_dir).expanduser().resolve()}]")
-    # --config-path is relative to train_grpo.py, as Hydra reads it (config_dir stays the caller's: an error
-    # below composes again from it)
-    where = config_dir if line.config_path is None else config_dir.parent / line.config_path
-    error = None
-    with initialize_config_dir(version_base="1.3", config_dir=str(where.resolve()), job_name="train_grpo"):
-        try:
+    # --config-path is relative to train_grpo.py, as Hydra reads it
+    where = str((config_dir if line.config_path is None else config_dir.parent / line.config_path).resolve())
+    try:
+        with initialize_config_dir(version_base="1.3", config_dir=where, job_name="train_grpo"):
             cfg = hydra_compose(
                 line.config_name or "train", overrides=overrides + search, return_hydra_config=True
             )
-        except MissingConfigException as err:
-            raise ConfigError(_missing_option(err)) from None
-        except ConfigCompositionException as err:
-            error = err
-    if error is not None:  # outside the block: naming an unknown key composes the config again
-        raise ConfigError(_composition_error(error, config_dir, line, overrides))
+    except MissingConfigException as err:
+        raise ConfigError(_missing_option(err)) from None
+    except ConfigCompositionException as err:
+        raise ConfigError(_composition_error(err)) from None
     raw = OmegaConf.to_container(cfg, resolve=False)
     if missing := _unset({k: v for k, v in raw.items() if k != "hydra"}):  # before run_name reads them
         doc = KNOBS[missing].metadata["doc"] if missing in KNOBS else "a value"
@@ -143,23 +139,16 @@ def _missing_option(err) -> str:
     return f"{group}={value}: no such option.{hint} Options: {', '.join(sorted(err.options))}{extra}"
 
 
-def _composition_error(err, config_dir: Path, line, overrides: list[str]) -> str:
-    """An unknown key (`max_step=100`, `eval.sizes=3`): name it with the close matches at its level."""
+def _composition_error(err) -> str:
+    """An unknown key (`max_step=100`, `eval.sizes=3`): name it with the declared keys at its level."""
     match = re.search(r"Could not override '([^']+)'", str(err))
     if not match:
         return first_line(err)
     key = match.group(1)
-    rest = [o for o in overrides if o.lstrip("+~").split("=", 1)[0] != key]
-    try:
-        cfg, _ = compose(config_dir, line, rest)
-    except ConfigError:
-        return first_line(err)
-    root = OmegaConf.create(cfg)
-    parent = OmegaConf.select(root, key.rpartition(".")[0]) if "." in key else root
-    if not hasattr(parent, "keys"):  # the unknown part is higher up (`evall.size`): name that
-        head = key.split(".")[0]
-        return unknown_key_message(head, sorted(root.keys())) if head not in root else first_line(err)
-    return unknown_key_message(key, sorted(parent.keys()))
+    if (parent := key.rpartition(".")[0]) in CLOSED_SECTIONS:
+        return unknown_key_message(key, known_keys(parent))
+    head = key.split(".")[0]  # the unknown part is higher up (`evall.size`): name that
+    return first_line(err) if head in known_keys("") else unknown_key_message(head, known_keys(""))
 
 
 def check(argv: list[str], config_dir: Path) -> list[str]:

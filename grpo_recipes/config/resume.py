@@ -76,19 +76,18 @@ def plan_run(run_dir: Path, resume: bool | str, eval_only: bool = False, main: b
     return RunPlan("finished" if (run_dir / "train_results.json").is_file() else "resume", run_dir)
 
 
-def last_checkpoint_step(run_dir: Path, main: bool | None = None) -> int | None:
+def last_checkpoint_step(run_dir: Path) -> int | None:
     """The step of the checkpoint a resume continues from: the newest whole checkpoint-<N>, the damaged ones
-    after it set aside (outputs/checkpoints.py). `main`: rank 0, read from RANK when not given."""
+    after it set aside by rank 0 (outputs/checkpoints.py)."""
     from grpo_recipes.outputs.checkpoints import usable_checkpoint  # imported here: this module stays light
 
-    main = int(os.environ.get("RANK", "0")) == 0 if main is None else main
-    checkpoint = usable_checkpoint(run_dir, main)
+    checkpoint = usable_checkpoint(run_dir, int(os.environ.get("RANK", "0")) == 0)
     return int(checkpoint.name.split("-")[-1]) if checkpoint is not None else None
 
 
-def check_resume_point(run_dir: Path, max_steps: int, main: bool | None = None) -> None:
+def check_resume_point(run_dir: Path, max_steps: int) -> None:
     """A resume continues from its newest whole checkpoint: it must still have steps to train."""
-    step = last_checkpoint_step(run_dir, main)
+    step = last_checkpoint_step(run_dir)
     if step is not None and step >= max_steps:
         raise ConfigError(
             f"max_steps={max_steps}: '{run_dir}' continues from checkpoint-{step}, so max_steps must be "
