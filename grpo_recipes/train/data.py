@@ -193,8 +193,5 @@ def build_datasets(dataset_cfg: dict[str, Any], eval_cfg: dict[str, Any]):
     features = Features(
         {"prompt": Json(), **{c: Value("string") for c in ("question", "answer", "task", "metadata")}}
     )
-    return (
-        taskset,
-        Dataset.from_list([to_row(e, system, shots) for e in entries], features=features),
-        eval_rows,
-    )
+    train = Dataset.from_list([to_row(e, system, shots) for e in entries], features=features)
+    return taskset, train, eval_rows
