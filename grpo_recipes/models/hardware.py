@@ -3,8 +3,6 @@ natively, AMX / AVX-512-BF16, else fp32), memory, glibc's allocator, and the eng
 accelerate drops FSDP's plugin and runs plain DDP; DeepSpeed ZeRO-2/3 run on CPU processes, README
 "Scaling up")."""
 
-from __future__ import annotations
-
 import contextlib
 import importlib.util
 import math

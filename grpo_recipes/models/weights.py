@@ -2,8 +2,6 @@
 `zero3_save_16bit_model`) and FSDP's SHARDED_STATE_DICT are gathered or converted with the libraries' own
 tools at the final save and when eval_only reads them. Checkpoints keep the engines' state as written."""
 
-from __future__ import annotations
-
 import logging
 import shutil
 import tempfile

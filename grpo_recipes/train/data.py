@@ -7,8 +7,6 @@ problem's hold-out key (`dataset.holdout`: its question, or a code task's functi
 Rows carry `metadata` as JSON text: its shape differs per task and Arrow rejects mixed columns.
 """
 
-from __future__ import annotations
-
 import json
 from collections import Counter
 from collections.abc import Mapping, Sequence

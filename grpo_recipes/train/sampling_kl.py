@@ -3,8 +3,6 @@ metrics"). On TRL's transformers path the recipe samples each token itself (Inve
 distribution at a fraction of the cost) and keeps its log-prob; vLLM returns its own. Training log-probs are
 TRL's `old_per_token_logps` when it computes them, else the loss pass's."""
 
-from __future__ import annotations
-
 import copy
 import functools
 import logging
