@@ -6,8 +6,6 @@ AdamW (benchmarks/RESULTS.md, "bf16 weights that learn"). On a CPU one pass of a
 (compiled once with the system's C compiler and cached); on a GPU, or without a compiler, the same math in
 torch ops."""
 
-from __future__ import annotations
-
 import ctypes
 import functools
 import hashlib

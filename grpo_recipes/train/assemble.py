@@ -2,8 +2,6 @@
 (first, so that an eval space too small is refused before the model loads), get_model, get_rewards,
 get_tools, get_training_args. trainer.py then builds the trainer and its callbacks; run.py trains."""
 
-from __future__ import annotations
-
 import functools
 import logging
 import os

@@ -2,8 +2,6 @@
 moment's levels (tasks/leveled.py); the fixed eval adds `eval_per_level` problems per task and level, apart
 from it and from each other, and training skips every eval problem by its hold-out key (`dataset.holdout`)."""
 
-from __future__ import annotations
-
 import logging
 from dataclasses import dataclass
 from typing import Any

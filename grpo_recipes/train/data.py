@@ -7,8 +7,6 @@ problem's hold-out key (`dataset.holdout`: its question, or a code task's functi
 Rows carry `metadata` as JSON text: its shape differs per task and Arrow rejects mixed columns.
 """
 
-from __future__ import annotations
-
 import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -193,8 +191,5 @@ def build_datasets(dataset_cfg: dict[str, Any], eval_cfg: dict[str, Any]):
     features = Features(
         {"prompt": Json(), **{c: Value("string") for c in ("question", "answer", "task", "metadata")}}
     )
-    return (
-        taskset,
-        Dataset.from_list([to_row(e, system, shots) for e in entries], features=features),
-        eval_rows,
-    )
+    train = Dataset.from_list([to_row(e, system, shots) for e in entries], features=features)
+    return taskset, train, eval_rows

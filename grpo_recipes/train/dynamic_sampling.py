@@ -2,8 +2,6 @@
 seeded by (seed, step, draw) so every process and a resume draw the same, until enough groups' rewards
 differ; at `dynamic_sampling_max_draws` zero-signal groups fill the batch."""
 
-from __future__ import annotations
-
 import itertools
 from typing import Any
 

@@ -3,8 +3,6 @@ machine's limit"): one autocast context, bf16 weights packed once per `generate`
 a bf16 KV cache in buffers, and each distinct prompt prefilled once. Greedy outputs are token-identical to
 plain `generate` under autocast (tests/test_fast_paths.py)."""
 
-from __future__ import annotations
-
 import contextlib
 import functools
 

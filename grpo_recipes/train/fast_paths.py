@@ -4,8 +4,6 @@ where gradients flow; decoder layers compiled for the passes with gradients (`gr
 stands in for a TRL internal, so `grpo.fast_paths: auto` installs them only on the TRL versions they were
 tested on (TESTED_TRL)."""
 
-from __future__ import annotations
-
 import functools
 import inspect
 import logging

@@ -2,8 +2,6 @@
 (assemble.py), build the trainer (trainer.py), then train or evaluate alone, and write the outputs. Nothing is
 written before everything is checked."""
 
-from __future__ import annotations
-
 import contextlib
 import logging
 import os

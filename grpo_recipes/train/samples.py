@@ -3,8 +3,6 @@
 tools or an environment, each rollout's turns too (role, content, tool calls), its tool calls and errors
 counted as the fixed eval counts them (grpo_common/tool_use.py), and the environment's own reward."""
 
-from __future__ import annotations
-
 import functools
 import json
 import sys

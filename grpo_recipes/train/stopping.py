@@ -3,8 +3,6 @@ reward fails too often (rewards/guard.py). The ranks agree after every step (one
 code), so all stop after the same step and the checkpoint save, a collective under DeepSpeed and FSDP,
 cannot hang."""
 
-from __future__ import annotations
-
 import collections
 import contextlib
 import json

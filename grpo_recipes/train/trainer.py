@@ -1,8 +1,6 @@
 """The trainer of a run: TRL's GRPOTrainer (or the dynamic-sampling one) with the recipe's callbacks, each
 built complete from the assembled run (assemble.py) and TRL's args; and the fixed evaluator it runs."""
 
-from __future__ import annotations
-
 import logging
 import os
 from pathlib import Path
