@@ -9,14 +9,15 @@ takes.
 2. The step's bound from its real shapes (completions, mean prompt and completion tokens, the model's
    layers, a reference model when beta > 0, updates per generation): for each phase the larger of its FLOPs
    at the GEMM peak and its bytes at the read bandwidth. Prefill: each distinct prompt (GRPO repeats each
-   one num_generations times) through the body, its last token aside. Decode: one pass per generated token
-   and one for the prompts' last token, reading every bf16 weight and the KV cache. Training forward: every
-   token through the body, the LM head on completion tokens only; backward: twice its FLOPs. Optimizer:
-   AdamW reading the weights, gradients and two moments (16 bytes a parameter for fp32 weights; 8 for bf16
-   ones and BF16AdamW, model.dtype's default on a CPU with native bf16); its writes go back to the lines it
-   just read and ride along (measured here: a fused AdamW step moves 28 bytes a parameter at ~44 GB/s, an
-   in-place add reads and writes at ~38 GB/s, while no read-only kernel passes ~29 GB/s): counted at the
-   read bandwidth they made a "bound" AdamW beat (0.7x).
+   one num_generations times) through the body, its last token aside, where the recipe prefills so (else
+   every row's prompt and one LM-head row each). Decode: each decoding pass counted (the prompts' last token
+   after that prefill, then each generated token but the last), reading every bf16 weight and the KV cache.
+   Training forward: every token through the body, the LM head on completion tokens only; backward: twice
+   its FLOPs. Optimizer: AdamW reading the weights, gradients and two moments (16 bytes a parameter for fp32
+   weights; 8 for bf16 ones and BF16AdamW, model.dtype's default on a CPU with native bf16); its writes go
+   back to the lines it just read and ride along (measured here: a fused AdamW step moves 28 bytes a
+   parameter at ~44 GB/s, an in-place add reads and writes at ~38 GB/s, while no read-only kernel passes ~29
+   GB/s): counted at the read bandwidth they made a "bound" AdamW beat (0.7x).
 3. The recipe's step (grpo/default.yaml, its trainer class and fast paths, as train_grpo.py builds it),
    timed per phase by
    hooks: the decoder body's prefill of the distinct prompts (or, without it, the model's first forward
@@ -96,7 +97,10 @@ def step_bounds(
     def bound(flops: float, bytes_: float) -> float:
         return max(flops / peak, bytes_ / bandwidth)
 
-    prefill = bound(2 * body * U * (P - 1) + attention(U * (P - 1), P / 2), 2 * n_params)
+    if shapes["prefilled"]:  # the recipe's: each distinct prompt through the body, its last token decoded
+        prefill = bound(2 * body * U * (P - 1) + attention(U * (P - 1), P / 2), 2 * n_params)
+    else:  # every row's prompt through the model, one LM-head row each
+        prefill = bound(2 * body * B * P + 2 * head * B + attention(B * P, P / 2), 2 * n_params)
     decode = sum(  # token t reads every bf16 weight and the KV cache of P + t positions (k and v)
         bound(
             2 * (body + head) * B + attention(B, P + t), 2 * n_params + 2 * 2 * layers * kv_dim * B * (P + t)
@@ -124,7 +128,7 @@ class PhaseClock:
 
     def __init__(self, model, device):
         self.device, self.parts, self.in_generate, self.calls = device, defaultdict(float), False, 0
-        self.prefilled, self.in_model = False, False
+        self.prefilled = self.ever_prefilled = self.in_model = False
         model.register_forward_pre_hook(self.before)
         model.register_forward_hook(self.after)
         body = model.get_decoder()
@@ -159,7 +163,7 @@ class PhaseClock:
             seconds = time.perf_counter() - self.body_start
             self.parts["prefill"] += seconds
             self.forward_in_generate += seconds
-            self.prefilled = True
+            self.prefilled = self.ever_prefilled = True
 
     def wrap_generate(self, model):
         generate = model.generate
@@ -273,6 +277,7 @@ def main() -> None:
     shapes = {
         "completions": completions,
         "prompts": completions // config.num_generations,
+        "prefilled": phases.ever_prefilled,
         "prompt_tokens": round(
             statistics.mean(
                 (log["num_tokens"] - prev["num_tokens"]) / completions  # a step's tokens, all micro-batches

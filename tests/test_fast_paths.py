@@ -210,6 +210,30 @@ def test_each_distinct_prompt_is_prefilled_once(tokenizer):
         assert torch.allclose(a, b, atol=0.05)
 
 
+def test_a_model_that_is_its_own_decoder_is_prefilled_with_one_position_of_logits(tokenizer):
+    """transformers' get_decoder returns the model itself for some (Mllama): the prefill then keeps one
+    position's logits, and generation is unchanged."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    plain = tiny_model(tokenizer, seed=2, hidden_size=64)
+    fast = copy.deepcopy(plain)
+    fast.get_decoder = lambda: fast
+    accelerator = Accelerator(cpu=True, mixed_precision="bf16")
+    fast_generation.fast_generation(fast, accelerator)
+    head_rows = []
+    fast.lm_head.register_forward_pre_hook(lambda m, args: head_rows.append(tuple(args[0].shape[:2])))
+    enc = tokenizer(["<|im_start|>user\n12+7?<|im_end|>\n"] * 3, return_tensors="pt", padding=True)
+    kwargs = {"max_new_tokens": 4, "do_sample": False, "pad_token_id": tokenizer.pad_token_id}
+    with torch.no_grad():
+        got = fast.generate(**enc, **kwargs)
+        with accelerator.autocast():
+            expected = plain.generate(**enc, **kwargs)
+    assert head_rows[0] == (1, 1) and head_rows[1:] == [(3, 1)] * 4  # the prefill: one prompt, one position
+    assert torch.equal(got, expected)
+
+
 def test_packed_linears_compute_what_f_linear_computes():
     """Decoding-shaped calls (one row a sequence) take the packed weights, bit for bit F.linear's result
     under autocast; other shapes (the prefill) and the weights after the context are F.linear's own."""

@@ -84,6 +84,8 @@ CASES = [
     ("unknown key", ["max_step=3"], "max_step: unknown key. Did you mean: max_steps?"),
     ("unknown key", ["eval.sizes=3"], "eval.sizes: unknown key. Did you mean: size?"),
     ("unknown key", ["sandbox.workerz=2"], "sandbox.workerz: unknown key. Did you mean: workers?"),
+    # a declared key under a section set to null is not an unknown one: Hydra's own line, as it always was
+    ("unknown key", ["model.lora=null", "model.lora.r=4"], "Could not override 'model.lora.r'"),
     ("registry", ["dataset.tasks.game_of_24.weight=1"], "unknown task 'game_of_24'. Did you mean: puzzle24"),
     ("registry", ["dataset.tasks.sum_digits.config.num_premises=2"], "unknown key 'num_premises'"),
     ("registry", ["dataset.rewards.acuracy.weight=1"], "unknown reward 'acuracy'. Did you mean: accuracy"),

@@ -60,7 +60,7 @@ def select_model(value: str, any_value: bool, model_dir: Path) -> list[str] | No
     if "/" in value:  # a hub id a preset is for
         import yaml
 
-        for p in presets:
+        for p in reversed(presets):  # two presets for one id: the last by name, as it always was
             if ((yaml.safe_load(p.read_text()) or {}).get("model") or {}).get("path") == value:
                 return [f"model={p.stem}"]  # presets are `# @package _global_`
     if not (any_value or _names_models(value)):

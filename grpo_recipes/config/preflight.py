@@ -145,8 +145,10 @@ def _composition_error(err) -> str:
     if not match:
         return first_line(err)
     key = match.group(1)
-    if (parent := key.rpartition(".")[0]) in CLOSED_SECTIONS:
-        return unknown_key_message(key, known_keys(parent))
+    parent, _, name = key.rpartition(".")
+    if parent in CLOSED_SECTIONS:  # a declared key fails only under a section set to null: Hydra's line then
+        known = known_keys(parent)
+        return first_line(err) if name in known else unknown_key_message(key, known)
     head = key.split(".")[0]  # the unknown part is higher up (`evall.size`): name that
     return first_line(err) if head in known_keys("") else unknown_key_message(head, known_keys(""))
 

@@ -109,8 +109,11 @@ def prefilled_cache(model, kwargs: dict):
         ids, mask = unique[:, : ids.size(1) - 1], unique[:, ids.size(1) : -1]
         positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)  # as generate numbers left padding
         # the body only: its logits would be thrown away, and the head's [rows, 1, hidden] slice takes a
-        # batched GEMM on a copy of the expanded 113 MB weight (~0.17 s a step)
-        model.get_decoder()(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache)
+        # batched GEMM on a copy of the expanded 113 MB weight (~0.17 s a step). A model whose get_decoder
+        # is itself (transformers' default for some, e.g. Mllama) computes one position's logits
+        body = model.get_decoder()
+        head = {"logits_to_keep": 1} if hasattr(body, "generate") else {}
+        body(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, **head)
         cache.batch_select_indices(rows)
     return cache
 
