@@ -86,6 +86,9 @@ CASES = [
     ("unknown key", ["sandbox.workerz=2"], "sandbox.workerz: unknown key. Did you mean: workers?"),
     # a declared key under a section set to null is not an unknown one: Hydra's own line, as it always was
     ("unknown key", ["model.lora=null", "model.lora.r=4"], "Could not override 'model.lora.r'"),
+    ("unknown key", ["seed.x=1"], "seed.x: seed is a value, not a section; set seed=<value>"),
+    ("unknown key", ["eval.pass_k.k.x=1"], "eval.pass_k.k.x: eval.pass_k.k is a value, not a section"),
+    ("unknown key", ["hydra.job.chdirr=true"], "Could not override 'hydra.job.chdirr'"),
     ("registry", ["dataset.tasks.game_of_24.weight=1"], "unknown task 'game_of_24'. Did you mean: puzzle24"),
     ("registry", ["dataset.tasks.sum_digits.config.num_premises=2"], "unknown key 'num_premises'"),
     ("registry", ["dataset.rewards.acuracy.weight=1"], "unknown reward 'acuracy'. Did you mean: accuracy"),

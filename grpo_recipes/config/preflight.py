@@ -29,7 +29,7 @@ from omegaconf.errors import OmegaConfBaseException
 from grpo_common.errors import ConfigError, did_you_mean, first_line
 from grpo_recipes.config import resume
 from grpo_recipes.config.checks import check_config, check_values, known_keys, unknown_key_message
-from grpo_recipes.config.knobs import CLOSED_SECTIONS, KNOBS, register
+from grpo_recipes.config.knobs import CLOSED_SECTIONS, KNOBS, SCHEMA, register
 
 MAX_JOBS_PLANNED = 512  # a bigger sweep is checked one swept value at a time, each value once
 
@@ -100,6 +100,8 @@ def compose(
         raise ConfigError(_missing_option(err)) from None
     except ConfigCompositionException as err:
         raise ConfigError(_composition_error(err)) from None
+    except ValueError as err:  # OmegaConf reads the key after a list value as an index (eval.pass_k.k.x=1)
+        raise ConfigError(_under_a_value(overrides) or first_line(err)) from None
     raw = OmegaConf.to_container(cfg, resolve=False)
     if missing := _unset({k: v for k, v in raw.items() if k != "hydra"}):  # before run_name reads them
         doc = KNOBS[missing].metadata["doc"] if missing in KNOBS else "a value"
@@ -145,12 +147,25 @@ def _composition_error(err) -> str:
     if not match:
         return first_line(err)
     key = match.group(1)
+    if under := _under_a_value([key]):
+        return under
     parent, _, name = key.rpartition(".")
     if parent in CLOSED_SECTIONS:  # a declared key fails only under a section set to null: Hydra's line then
         known = known_keys(parent)
         return first_line(err) if name in known else unknown_key_message(key, known)
-    head = key.split(".")[0]  # the unknown part is higher up (`evall.size`): name that
-    return first_line(err) if head in known_keys("") else unknown_key_message(head, known_keys(""))
+    head = key.split(".")[0]  # the unknown part is higher up (`evall.size`): name that; hydra's are Hydra's
+    known = known_keys("")
+    return first_line(err) if head in known or head == "hydra" else unknown_key_message(head, known)
+
+
+def _under_a_value(overrides: list[str]) -> str | None:
+    """A key under a declared value (`seed.x=1`, `eval.pass_k.k.x=1`), which has no keys; else None."""
+    for override in overrides:
+        parts = override.lstrip("+~").split("=", 1)[0].split(".")
+        for head in (".".join(parts[:i]) for i in range(1, len(parts))):
+            if head in SCHEMA and SCHEMA[head].kind != "dict":  # a dict value (dataset.tasks) takes keys
+                return f"{'.'.join(parts)}: {head} is a value, not a section; set {head}=<value>"
+    return None
 
 
 def check(argv: list[str], config_dir: Path) -> list[str]:
