@@ -12,8 +12,9 @@ takes.
    one num_generations times) through the body, its last token aside, where the recipe prefills so (else
    every row's prompt and one LM-head row each). Decode: each decoding pass counted (the prompts' last token
    after that prefill, then each generated token but the last), reading every bf16 weight and the KV cache.
-   Training forward: every token through the body, the LM head on completion tokens only; backward: twice
-   its FLOPs. Optimizer: AdamW reading the weights, gradients and two moments (16 bytes a parameter for fp32
+   Training forward: every token through the body (each distinct prompt once, its last token aside, where
+   the recipe's passes share prompts so), the LM head on completion tokens only; backward: twice its FLOPs.
+   Optimizer: AdamW reading the weights, gradients and two moments (16 bytes a parameter for fp32
    weights; 8 for bf16 ones and BF16AdamW, model.dtype's default on a CPU with native bf16); its writes go
    back to the lines it just read and ride along (measured here: a fused AdamW step moves 28 bytes a
    parameter at ~44 GB/s, an in-place add reads and writes at ~38 GB/s, while no read-only kernel passes ~29
@@ -107,7 +108,12 @@ def step_bounds(
         )
         for t in range(passes)
     )
-    forward_flops = 2 * body * B * (P + C) + 2 * head * B * C + attention(B * (P + C), (P + C) / 2)
+    if shapes["shared_prompts"]:  # the recipe's: each distinct prompt once, then every row's completion on it
+        rows = U * (P - 1) + B * (C + 1)
+        attend = attention(U * (P - 1), P / 2) + attention(B * (C + 1), P + C / 2)
+    else:
+        rows, attend = B * (P + C), attention(B * (P + C), (P + C) / 2)
+    forward_flops = 2 * body * rows + 2 * head * B * C + attend
     return {
         "prefill": prefill,
         f"decode ({passes} passes)": decode,
@@ -128,7 +134,8 @@ class PhaseClock:
 
     def __init__(self, model, device):
         self.device, self.parts, self.in_generate, self.calls = device, defaultdict(float), False, 0
-        self.prefilled = self.ever_prefilled = self.in_model = False
+        self.prefilled = self.ever_prefilled = self.in_model = self.shared_prompts = False
+        self.body_calls = 0
         model.register_forward_pre_hook(self.before)
         model.register_forward_hook(self.after)
         body = model.get_decoder()
@@ -137,7 +144,7 @@ class PhaseClock:
 
     def before(self, module, args):
         sync(self.device)
-        self.start, self.in_model = time.perf_counter(), True
+        self.start, self.in_model, self.body_calls = time.perf_counter(), True, 0
 
     def after(self, module, args, output):
         sync(self.device)
@@ -150,9 +157,11 @@ class PhaseClock:
             self.calls += 1
         else:
             self.parts["training forward"] += seconds
+            self.shared_prompts |= self.body_calls > 1  # the distinct prompts' pass, then the rows'
         self.forward_in_generate = getattr(self, "forward_in_generate", 0.0) + seconds * self.in_generate
 
     def before_body(self, module, args):
+        self.body_calls += 1
         if self.in_generate and not self.in_model:
             sync(self.device)
             self.body_start = time.perf_counter()
@@ -278,6 +287,7 @@ def main() -> None:
         "completions": completions,
         "prompts": completions // config.num_generations,
         "prefilled": phases.ever_prefilled,
+        "shared_prompts": phases.shared_prompts,
         "prompt_tokens": round(
             statistics.mean(
                 (log["num_tokens"] - prev["num_tokens"]) / completions  # a step's tokens, all micro-batches
@@ -303,7 +313,9 @@ def main() -> None:
         f"step: {shapes['completions']} completions, ~{shapes['prompt_tokens']} prompt tokens, up to "
         f"{shapes['completion_tokens']} completion tokens (mean {mean_length:.1f}), "
         f"{shapes['decode_passes']} decode passes, "
-        f"{shapes['passes']} model pass(es) before the update; medians of steps {skip + 1}-{len(per_step)}\n"
+        f"{shapes['passes']} model pass(es) before the update"
+        f"{' (each distinct prompt once)' if shapes['shared_prompts'] else ''}; "
+        f"medians of steps {skip + 1}-{len(per_step)}\n"
     )
     print("| phase | bound (s) | measured (s) | ratio |\n|---|---|---|---|")
     for name, bound in bounds.items():

@@ -80,6 +80,63 @@ def test_direct_head_matches_trl_fused_head(tokenizer, bf16, temperature, monkey
         assert torch.allclose(grads, expected_grads, atol=1e-6, rtol=1e-4)
 
 
+def grpo_batch(vocab: int, prompt: int = 7, completion: int = 5):
+    """Two left-padded prompts, each repeated for a group of 3 completions (right-padded), as TRL lays out
+    a GRPO micro-batch."""
+    gen = torch.Generator().manual_seed(1)
+    prompts = torch.randint(4, vocab, (2, prompt), generator=gen).repeat_interleave(3, 0)
+    ids = torch.cat([prompts, torch.randint(4, vocab, (6, completion), generator=gen)], dim=1)
+    mask = torch.ones_like(ids)
+    mask[:3, :2] = 0  # the first prompt is shorter
+    mask[1, prompt + 2 :] = mask[4, prompt + 1 :] = 0  # completions that ended early
+    labels = ids.masked_fill(mask == 0, -100)
+    labels[:, :prompt] = -100
+    return ids, mask, labels
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_each_distinct_prompt_goes_through_the_training_pass_once(tokenizer, bf16, temperature):
+    """The training pass runs each distinct prompt (less its last token) once, with gradients, and every
+    row's last prompt token and completion on that cache: the same log-probs, entropy, loss and gradients as
+    TRL's head over the whole rows."""
+    trl_model, ours = heads(tokenizer, temperature)
+    ids, mask, labels = grpo_batch(len(tokenizer))
+    rows = []
+    ours.get_decoder().register_forward_pre_hook(
+        lambda m, args, kwargs: rows.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
+    )
+    expected, expected_grads = score(trl_model, ids, mask, labels, bf16)
+    got, grads = score(ours, ids, mask, labels, bf16)
+    assert rows == [(2, 6), (6, 6)]  # 2 prompts of 6 columns, then 6 rows of the last prompt token + 5
+    assert torch.equal(got.label_mask, expected.label_mask)
+    assert torch.allclose(got.log_probs, expected.log_probs, atol=1e-5)
+    assert torch.allclose(got.entropy, expected.entropy, atol=1e-4)
+    assert torch.allclose(got.loss, expected.loss, atol=1e-5)
+    if bf16:
+        assert torch.nn.functional.cosine_similarity(grads, expected_grads, dim=0) > 0.9999
+    else:
+        assert torch.allclose(grads, expected_grads, atol=1e-6, rtol=1e-4)
+
+
+def test_activation_checkpointing_keeps_the_whole_rows(tokenizer):
+    """Checkpointed layers drop a cache passed to them: the pass then runs every row whole, as before."""
+    trl_model, ours = heads(tokenizer, 1.0)
+    for m in (trl_model, ours):
+        m.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        m.train()
+    ids, mask, labels = grpo_batch(len(tokenizer))
+    rows = []
+    ours.get_decoder().register_forward_pre_hook(
+        lambda m, args, kwargs: rows.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
+    )
+    expected, expected_grads = score(trl_model, ids, mask, labels, False)
+    got, grads = score(ours, ids, mask, labels, False)
+    assert rows == [(6, 12)]
+    assert torch.allclose(got.log_probs, expected.log_probs, atol=1e-5)
+    assert torch.allclose(grads, expected_grads, atol=1e-6, rtol=1e-4)
+
+
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_token_logprobs_in_chunks_match_log_softmax(monkeypatch, temperature):
     """The chunked log-softmax (two sequences a chunk here) gives log_softmax's log-probs, entropy and
@@ -381,6 +438,7 @@ def test_apply_installs_what_fits_the_trainer(tokenizer, tmp_path):
     assert fast_paths.install(trainer) == [
         "generation under one autocast context, on packed bf16 weights",
         "completion-only log-prob head",
+        "each distinct prompt once in the training passes off: activation checkpointing is on",
         "eager attention in the training passes",
         "decoder layers compiled for the training passes off: activation checkpointing is on",
     ]
@@ -391,6 +449,7 @@ def test_apply_installs_what_fits_the_trainer(tokenizer, tmp_path):
     assert fast_paths.install(grpo_trainer(tokenizer, tmp_path, entropy_coef=0.01)) == [
         "generation under one autocast context, on packed bf16 weights",
         "completion-only log-prob head off: the entropy bonus needs TRL's head",
+        "each distinct prompt once in the training passes off: the completion-only head is off",
         "eager attention in the training passes",
         "decoder layers compiled for the training passes off: activation checkpointing is on",
     ]  # each speed-up that cannot apply says why
@@ -405,8 +464,9 @@ def test_a_fast_path_that_cannot_apply_says_why(tokenizer, tmp_path):
     forward = trainer.model.forward
     trainer.model.forward = lambda *args, **kwargs: forward(*args, **kwargs)
     trainer.model.config._attn_implementation = "eager"
-    assert fast_paths.install(trainer)[1:3] == [
+    assert fast_paths.install(trainer)[1:4] == [
         "completion-only log-prob head off: TRL's fused LM head was not found",
+        "each distinct prompt once in the training passes off: the completion-only head is off",
         "eager attention in the training passes off: attention is eager, not sdpa",
     ]
     with pytest.raises(ConfigError, match="grpo.fast_paths=true: TRL's fused LM head was not found"):

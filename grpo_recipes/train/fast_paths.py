@@ -1,19 +1,16 @@
 """CPU speed-ups for GRPOTrainer (benchmarks/RESULTS.md, "The step against the machine's limit"): the fast
-generation of train/fast_generation.py; completion log-probs from the model's own logits; eager attention
-where gradients flow; decoder layers compiled for the passes with gradients (`grpo.compile_layers`). The head
-stands in for a TRL internal, so `grpo.fast_paths: auto` installs them only on the TRL versions they were
-tested on (TESTED_TRL)."""
+generation of train/fast_generation.py; completion log-probs from the model's own logits, each distinct
+prompt once; eager attention where gradients flow; decoder layers compiled for the passes with gradients
+(`grpo.compile_layers`). The head stands in for a TRL internal, so `grpo.fast_paths: auto` installs them
+only on the TRL versions they were tested on (TESTED_TRL)."""
 
 import functools
 import inspect
-import logging
 import types
 
 from grpo_common.errors import ConfigError
 from grpo_recipes.models.hardware import host_memory_bytes
-from grpo_recipes.train.fast_generation import fast_generation, packed_weights_off
-
-log = logging.getLogger(__name__)
+from grpo_recipes.train.fast_generation import fast_generation, packed_weights_off, shared_prompt_cache
 
 TESTED_TRL = ("1.16.0",)
 
@@ -65,11 +62,14 @@ def eager_attention_for_gradients(model) -> str | None:
     return None
 
 
-def completion_logprob_head(model, temperature: float, max_logits: int | None = None) -> bool:
+def completion_logprob_head(
+    model, temperature: float, max_logits: int | None = None, share_prompts: bool = True
+) -> bool:
     """Wrap a model patched by TRL's `add_fused_lm_head`: a `fused_lm_head=True` call on a CPU computes the
     same `FusedCausalLMOutput` from the completion positions' logits only, in the autocast dtype (without
-    Triton TRL's head projects every position, prompts included, in fp32 tiles). Other calls go to TRL's
-    head unchanged. Returns False, changing nothing, without TRL's head."""
+    Triton TRL's head projects every position, prompts included, in fp32 tiles), and, with `share_prompts`,
+    each distinct prompt once (shared_prompt_cache). Other calls go to TRL's head unchanged. Returns False,
+    changing nothing, without TRL's head."""
     import torch
     from trl.trainer.utils import FusedCausalLMOutput
 
@@ -97,6 +97,9 @@ def completion_logprob_head(model, temperature: float, max_logits: int | None = 
         num_items = kwargs.pop("num_items_in_batch", None)
         kwargs.pop("logits_to_keep", None)  # the head decides which positions it needs
         kwargs["use_cache"] = False
+        shared = shared_prompt_cache(self, kwargs, first) if share_prompts else None
+        if shared is not None:
+            kwargs |= {"input_ids": kwargs["input_ids"][:, first:], "past_key_values": shared}
         logits = fused_forward(logits_to_keep=keep + 1, **kwargs).logits[:, :-1]
         targets = labels[:, first + 1 :]
         mask = targets != -100
@@ -265,6 +268,10 @@ def install(trainer, strict: bool = False) -> list[str]:
     models += [trainer.ref_model] if trainer.ref_model is not None else []
     # Kept on TRL's head: a GPU (TRL's Triton head is fast there), the entropy bonus (needs the entropy's
     # gradient, which the direct head does not keep) and an fp32 LM head (TRL runs it outside autocast).
+    not_compiled = layers_not_compiled(trainer, getattr(args, "compile_layers", "auto"))
+    unshared = None if not_compiled else "the decoder layers are compiled"  # measured without the cache
+    if args.activation_checkpointing or args.gradient_checkpointing:  # checkpointed layers drop a cache
+        unshared = "activation checkpointing is on"
     why = None
     if trainer.accelerator.device.type != "cpu":
         why = "TRL's own head on a GPU"
@@ -272,14 +279,20 @@ def install(trainer, strict: bool = False) -> list[str]:
         why = "the entropy bonus needs TRL's head"
     elif args.cast_lm_head_to_fp32:
         why = "grpo.cast_lm_head_to_fp32 keeps TRL's fp32 head"
-    elif not all(completion_logprob_head(m, temperature=args.temperature) for m in models):
+    elif not all(completion_logprob_head(m, args.temperature, share_prompts=not unshared) for m in models):
         why = "TRL's fused LM head was not found"
         if strict:
             raise ConfigError(f"grpo.fast_paths=true: {why} to stand in for; auto falls back to it")
-    installed.append(f"completion-only log-prob head{f' off: {why}' if why else ''}")
+
+    def said(name: str, why_off: str | None) -> str:
+        return f"{name} off: {why_off}" if why_off else name
+
+    installed.append(said("completion-only log-prob head", why))
+    unshared = "the completion-only head is off" if why else unshared
+    installed.append(said("each distinct prompt once in the training passes", unshared))
     why = "SDPA's backward is fast on a GPU" if trainer.accelerator.device.type != "cpu" else None
-    why = why or eager_attention_for_gradients(models[0])
-    installed.append(f"eager attention in the training passes{f' off: {why}' if why else ''}")
-    why = layers_not_compiled(trainer, getattr(args, "compile_layers", "auto"))
-    installed.append(f"decoder layers compiled for the training passes{f' off: {why}' if why else ''}")
+    installed.append(
+        said("eager attention in the training passes", why or eager_attention_for_gradients(models[0]))
+    )
+    installed.append(said("decoder layers compiled for the training passes", not_compiled))
     return installed
