@@ -93,69 +93,58 @@ def sequences_per_prompt(kwargs: dict) -> int:
     return kwargs.get("num_return_sequences") or getattr(config, "num_return_sequences", None) or 1
 
 
-def distinct_prefixes(ids, mask, length: int):
-    """(ids, mask) of the distinct rows among the first `length` columns, and each row's index among them;
-    None where no row repeats. GRPO repeats each prompt `num_generations` times."""
+def fill_distinct_prefixes(model, cache, kwargs: dict, length: int, numbered: bool) -> bool:
+    """Fill `cache` with the first `length` columns of each distinct row of the inputs' ids and mask, computed
+    once, and expand it to every row (GRPO repeats each prompt `num_generations` times); False, the cache
+    untouched, where no row repeats or the inputs hold more than ids and a mask (images, token types, ...).
+    `numbered`: positions from the mask, as `generate` numbers left padding; else from the first column, as
+    the model numbers them without position_ids (TRL's training passes). The decoder body only: its logits
+    would be thrown away, and the head's [rows, 1, hidden] slice takes a batched GEMM on a copy of the
+    expanded 113 MB weight (~0.17 s a step); a model whose get_decoder is itself (transformers' default for
+    some, e.g. Mllama) computes one position's logits."""
     import torch
 
-    unique, rows = torch.unique(
-        torch.cat([ids[:, :length], mask[:, :length]], dim=1), dim=0, return_inverse=True
-    )
-    return None if len(unique) == len(ids) else (unique[:, :length], unique[:, length:], rows)
-
-
-def fill_prefix(model, cache, rows, **inputs) -> None:
-    """Run the distinct prefixes through the decoder body into `cache`, then expand it to every row. The body
-    only: its logits would be thrown away, and the head's [rows, 1, hidden] slice takes a batched GEMM on a
-    copy of the expanded 113 MB weight (~0.17 s a step). A model whose get_decoder is itself (transformers'
-    default for some, e.g. Mllama) computes one position's logits."""
+    ids, mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
+    others = any(torch.is_tensor(v) for k, v in kwargs.items() if k not in ("input_ids", "attention_mask"))
+    if others or mask is None or length < 1:
+        return False
+    both = torch.cat([ids[:, :length], mask[:, :length]], dim=1)
+    unique, rows = torch.unique(both, dim=0, return_inverse=True)
+    if len(unique) == len(ids):
+        return False
+    ids, mask = unique[:, :length], unique[:, length:]
+    positions = {"position_ids": (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)} if numbered else {}
     body = model.get_decoder()
     head = {"logits_to_keep": 1} if hasattr(body, "generate") else {}
-    body(**inputs, past_key_values=cache, **head)
+    body(input_ids=ids, attention_mask=mask, past_key_values=cache, **positions, **head)
     cache.batch_select_indices(rows)
+    return True
 
 
 def prefilled_cache(model, kwargs: dict):
-    """The bf16 buffered cache for a `generate` call, filled with all but the last token of each distinct
-    prompt, once, and expanded to every row: `generate` then computes only the last prompt token onwards.
-    Left empty where the prompts are distinct (the fixed eval) or come with other inputs (images, token
-    types, ...)."""
+    """The bf16 buffered cache for a `generate` call, holding all but the last token of each distinct prompt
+    (computed once): `generate` then computes only the last prompt token onwards. Left empty where the
+    prompts are distinct (the fixed eval)."""
     import torch
 
     cache = buffered_cache(model, torch.bfloat16)
-    ids, mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
-    inputs = [k for k, v in kwargs.items() if torch.is_tensor(v) and k not in ("input_ids", "attention_mask")]
-    if cache is None or inputs or mask is None or ids.size(1) < 2 or sequences_per_prompt(kwargs) > 1:
-        return cache
-    found = distinct_prefixes(ids, mask, ids.size(1) - 1)
-    if found is not None:
-        ids, mask, rows = found
-        positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)  # as generate numbers left padding
-        fill_prefix(model, cache, rows, input_ids=ids, attention_mask=mask, position_ids=positions)
+    if cache is not None and sequences_per_prompt(kwargs) == 1:
+        fill_distinct_prefixes(model, cache, kwargs, kwargs["input_ids"].size(1) - 1, numbered=True)
     return cache
 
 
 def shared_prompt_cache(model, kwargs: dict, length: int):
     """For a training pass (`kwargs`: the model's inputs): a DynamicCache of the first `length` columns (the
-    prompts, left-padded to one length), computed once for each distinct prompt, with gradients, and expanded
-    to every row; the pass then runs the rest of each row on it. About half a default step's training FLOPs,
-    forward and backward, are the 8 copies of each prompt. None where no prompt repeats, the inputs hold more
-    than ids and a mask, activation checkpointing is on (checkpointed layers drop a cache) or the model's
-    cache has other kinds of layers. Positions are numbered as the model numbers them without position_ids,
-    as in TRL's passes."""
-    import torch
+    prompts, left-padded to one length) of each distinct row, computed once with gradients and expanded to
+    every row; the pass then runs the rest of each row on it (the 8 copies of each prompt are about half a
+    default step's training FLOPs). None where no row repeats, under activation checkpointing (checkpointed
+    layers drop a cache) or where the model's cache has other kinds of layers."""
     from transformers.cache_utils import DynamicCache, DynamicLayer
 
-    ids, mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
-    others = any(torch.is_tensor(v) for k, v in kwargs.items() if k not in ("input_ids", "attention_mask"))
-    if others or mask is None or length < 1 or model.is_activation_checkpointing:
-        return None
     cache = DynamicCache(config=model.config)
-    found = distinct_prefixes(ids, mask, length)
-    if found is None or not all(type(layer) is DynamicLayer for layer in cache.layers):
+    if model.is_activation_checkpointing or not all(type(layer) is DynamicLayer for layer in cache.layers):
         return None
-    fill_prefix(model, cache, found[2], input_ids=found[0], attention_mask=found[1])
-    return cache
+    return cache if fill_distinct_prefixes(model, cache, kwargs, length, numbered=False) else None
 
 
 def fast_generation(model, accelerator) -> str:
