@@ -266,12 +266,12 @@ def install(trainer, strict: bool = False) -> list[str]:
     # TRL patches the base model under PEFT, and the reference model when there is one (beta > 0).
     models = [trainer.model.get_base_model() if hasattr(trainer.model, "get_base_model") else trainer.model]
     models += [trainer.ref_model] if trainer.ref_model is not None else []
-    # Kept on TRL's head: a GPU (TRL's Triton head is fast there), the entropy bonus (needs the entropy's
-    # gradient, which the direct head does not keep) and an fp32 LM head (TRL runs it outside autocast).
     not_compiled = layers_not_compiled(trainer, getattr(args, "compile_layers", "auto"))
     unshared = None if not_compiled else "the decoder layers are compiled"  # measured without the cache
     if args.activation_checkpointing or args.gradient_checkpointing:  # checkpointed layers drop a cache
         unshared = "activation checkpointing is on"
+    # Kept on TRL's head: a GPU (TRL's Triton head is fast there), the entropy bonus (needs the entropy's
+    # gradient, which the direct head does not keep) and an fp32 LM head (TRL runs it outside autocast).
     why = None
     if trainer.accelerator.device.type != "cpu":
         why = "TRL's own head on a GPU"
