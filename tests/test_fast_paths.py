@@ -94,6 +94,15 @@ def grpo_batch(vocab: int, prompt: int = 7, completion: int = 5):
     return ids, mask, labels
 
 
+def decoder_calls(model) -> list[tuple[int, int]]:
+    """The (rows, columns) of every call of the model's decoder body, recorded as they happen."""
+    calls = []
+    model.get_decoder().register_forward_pre_hook(
+        lambda m, args, kwargs: calls.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
+    )
+    return calls
+
+
 @pytest.mark.parametrize("bf16", [False, True])
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_each_distinct_prompt_goes_through_the_training_pass_once(tokenizer, bf16, temperature):
@@ -102,10 +111,7 @@ def test_each_distinct_prompt_goes_through_the_training_pass_once(tokenizer, bf1
     TRL's head over the whole rows."""
     trl_model, ours = heads(tokenizer, temperature)
     ids, mask, labels = grpo_batch(len(tokenizer))
-    rows = []
-    ours.get_decoder().register_forward_pre_hook(
-        lambda m, args, kwargs: rows.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
-    )
+    rows = decoder_calls(ours)
     expected, expected_grads = score(trl_model, ids, mask, labels, bf16)
     got, grads = score(ours, ids, mask, labels, bf16)
     assert rows == [(2, 6), (6, 6)]  # 2 prompts of 6 columns, then 6 rows of the last prompt token + 5
@@ -126,10 +132,7 @@ def test_activation_checkpointing_keeps_the_whole_rows(tokenizer):
         m.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         m.train()
     ids, mask, labels = grpo_batch(len(tokenizer))
-    rows = []
-    ours.get_decoder().register_forward_pre_hook(
-        lambda m, args, kwargs: rows.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
-    )
+    rows = decoder_calls(ours)
     expected, expected_grads = score(trl_model, ids, mask, labels, False)
     got, grads = score(ours, ids, mask, labels, False)
     assert rows == [(6, 12)]
@@ -246,10 +249,7 @@ def test_each_distinct_prompt_is_prefilled_once(tokenizer):
     fast = copy.deepcopy(plain)
     accelerator = Accelerator(cpu=True, mixed_precision="bf16")
     fast_generation.fast_generation(fast, accelerator)
-    rows, head_rows = [], []
-    fast.get_decoder().register_forward_pre_hook(
-        lambda m, args, kwargs: rows.append(kwargs["input_ids"].shape), with_kwargs=True
-    )
+    rows, head_rows = decoder_calls(fast), []
     fast.lm_head.register_forward_pre_hook(lambda m, args: head_rows.append(args[0].shape[0]))
     prompts = ["<|im_start|>user\n12+7?<|im_end|>\n", "<|im_start|>assistant\n"] * 3
     enc = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left")
