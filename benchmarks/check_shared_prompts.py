@@ -4,9 +4,10 @@ model (benchmarks/RESULTS.md, "Each prompt once in the training passes"):
     python -m benchmarks.check_shared_prompts
 
 The default run's two prompts, each with 8 completions of random tokens (lengths 10-25), bf16 weights under
-autocast, a random advantage per row, as two passes of 8 (the preset). Prints the largest log-prob
-difference and the gradient's relative L2 difference of (1) each prompt once against whole rows and (2),
-for scale, whole rows as one pass of 16 against two of 8.
+autocast, a random advantage per row, as two passes of 8 (the embedded model's split when this was
+measured; one pass of 16 since). Prints the largest log-prob difference and the gradient's relative L2
+difference of (1) each prompt once against whole rows and (2), for scale, whole rows as one pass of 16
+against two of 8.
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ def main() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl.trainer.utils import add_fused_lm_head
 
+    from grpo_common.formats import get_format
     from grpo_recipes.models.loading import ensure_embedded
     from grpo_recipes.train.fast_paths import completion_logprob_head, eager_attention_for_gradients
 
     path = ensure_embedded("smollm2-135m-instruct")
     tokenizer = AutoTokenizer.from_pretrained(path)
     base = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16)
-    system = "Solve the problem. End your reply with the final answer on its own line as: [ANSWER] <answer>"
+    system = get_format("answer_tag").system_prompt  # the default run's
     prompts = [
         tokenizer.apply_chat_template(
             [{"role": "system", "content": system}, {"role": "user", "content": q}],
