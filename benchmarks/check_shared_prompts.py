@@ -25,7 +25,7 @@ def main() -> None:
 
     from grpo_common.formats import get_format
     from grpo_recipes.models.loading import ensure_embedded
-    from grpo_recipes.train.fast_paths import completion_logprob_head, eager_attention_for_gradients
+    from grpo_recipes.train.fast_paths import completion_logprob_head, recipe_attention
 
     path = ensure_embedded("smollm2-135m-instruct")
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -54,7 +54,7 @@ def main() -> None:
         m = copy.deepcopy(base)
         add_fused_lm_head(m, temperature=1.0, outputs=("log_probs", "entropy"))
         completion_logprob_head(m, 1.0, share_prompts=share)
-        eager_attention_for_gradients(m)
+        recipe_attention(m)
         return m
 
     def run(m, passes):

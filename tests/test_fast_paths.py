@@ -331,6 +331,65 @@ def test_buffered_cache_keeps_what_dynamic_cache_keeps(tokenizer):
     assert ours.get_seq_length() == plain.get_seq_length() == 5 + 1 + 60 - 4 + 2
 
 
+def test_decode_attention_is_sdpas_within_bf16_rounding():
+    """One query a sequence over grouped key/value heads and left padding: SDPA's output, layout and all,
+    within bf16 rounding (SDPA's CPU kernel also scores in fp32 and weighs the values in bf16)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    module = torch.nn.Module()
+    module.num_key_value_groups, module.is_causal = 3, True
+    torch.manual_seed(0)
+    batch, kv_heads, length, dim = 5, 2, 37, 16
+    query = torch.randn(batch, 3 * kv_heads, 1, dim).bfloat16()
+    key, value = (torch.randn(batch, kv_heads, length, dim).bfloat16() for _ in range(2))
+    mask = torch.ones(batch, 1, 1, length, dtype=torch.bool)
+    mask[1, ..., :9] = mask[3, ..., :30] = False  # left padding
+    for m in (mask, None):
+        got, _ = fast_generation.decode_attention(module, query, key, value, m, scaling=0.3)
+        expected, _ = sdpa_attention_forward(module, query, key, value, m, scaling=0.3)
+        assert got.shape == expected.shape == (batch, 1, 3 * kv_heads, dim) and got.dtype == torch.bfloat16
+        assert (got.float() - expected.float()).abs().max() < 0.02 * expected.float().abs().max()
+    padded = value.clone()
+    padded[3, :, :30] = 1e4  # masked positions weigh nothing
+    assert torch.equal(
+        fast_generation.decode_attention(module, query, key, padded, mask)[0][3],
+        fast_generation.decode_attention(module, query, key, value, mask)[0][3],
+    )
+
+
+def test_decode_attention_only_where_generate_samples(tokenizer, monkeypatch):
+    """The recipe's attention takes decode_attention in the decoding passes of a sampling `generate` only:
+    greedy generation (the fixed eval) keeps SDPA, token for token the plain model's."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    plain = tiny_model(tokenizer, seed=2, hidden_size=64)
+    fast = copy.deepcopy(plain)
+    accelerator = Accelerator(cpu=True, mixed_precision="bf16")
+    assert fast_paths.recipe_attention(fast) is None
+    fast_generation.fast_generation(fast, accelerator)
+    calls = []
+    decode = fast_paths.decode_attention
+    monkeypatch.setattr(
+        fast_paths, "decode_attention", lambda *a, **kw: calls.append(a[1].shape) or decode(*a, **kw)
+    )
+    enc = tokenizer(
+        ["<|im_start|>user\n12+7?<|im_end|>\n", "9"], return_tensors="pt", padding=True, padding_side="left"
+    )
+    kwargs = {"max_new_tokens": 6, "min_new_tokens": 6, "pad_token_id": tokenizer.pad_token_id}
+    with torch.no_grad():
+        greedy = fast.generate(**enc, do_sample=False, **kwargs)
+        assert calls == []
+        with accelerator.autocast():
+            assert torch.equal(greedy, plain.generate(**enc, do_sample=False, **kwargs))
+        fast.generate(**enc, do_sample=True, top_k=0, **kwargs)
+    layers = plain.config.num_hidden_layers
+    # the prompts' pass (distinct prompts: no prefill) is SDPA's; each of the 5 later passes, one query a row
+    assert len(calls) == 5 * layers and all(shape[0] == 2 and shape[2] == 1 for shape in calls)
+    assert not fast_generation.SAMPLING.get()  # reset when generate returns
+
+
 def next_token_logprobs(model, ids, mask):
     logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
     return torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
@@ -342,7 +401,7 @@ def test_eager_attention_for_gradients(tokenizer):
     plain = tiny_model(tokenizer, seed=2, hidden_size=64)
     assert plain.config._attn_implementation == "sdpa"
     ours = copy.deepcopy(plain)
-    assert fast_paths.eager_attention_for_gradients(ours) is None
+    assert fast_paths.recipe_attention(ours) is None
     ids, mask, _ = batch(len(tokenizer))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         with torch.no_grad():
@@ -367,7 +426,7 @@ def test_long_sequences_keep_sdpa_with_gradients(tokenizer, monkeypatch):
     with SDPA, bit for bit the plain model's."""
     plain = tiny_model(tokenizer, seed=2, hidden_size=64)
     ours = copy.deepcopy(plain)
-    assert fast_paths.eager_attention_for_gradients(ours) is None
+    assert fast_paths.recipe_attention(ours) is None
     ids, mask, _ = batch(len(tokenizer))
     b, n = ids.shape
     heads, layers = plain.config.num_attention_heads, plain.config.num_hidden_layers
@@ -389,7 +448,7 @@ def test_passes_without_gradients_skip_the_attention_budget(tokenizer, monkeypat
     """The budget asks `is_activation_checkpointing`, a walk over every module (~2 ms on the embedded
     model): only passes with gradients may attend eagerly, so decode and eval passes never ask it."""
     ours = tiny_model(tokenizer, seed=2, hidden_size=64)
-    assert fast_paths.eager_attention_for_gradients(ours) is None
+    assert fast_paths.recipe_attention(ours) is None
     asked = []
     walk = type(ours).is_activation_checkpointing
     monkeypatch.setattr(
@@ -439,7 +498,7 @@ def test_apply_installs_what_fits_the_trainer(tokenizer, tmp_path):
         "generation under one autocast context, on packed bf16 weights",
         "completion-only log-prob head",
         "each distinct prompt once in the training passes off: activation checkpointing is on",
-        "eager attention in the training passes",
+        "eager attention in the training passes, matmuls in sampled decoding",
         "decoder layers compiled for the training passes off: activation checkpointing is on",
     ]
     assert trainer.model.forward.__func__.__code__.co_filename == fast_paths.__file__  # our head over TRL's
@@ -450,7 +509,7 @@ def test_apply_installs_what_fits_the_trainer(tokenizer, tmp_path):
         "generation under one autocast context, on packed bf16 weights",
         "completion-only log-prob head off: the entropy bonus needs TRL's head",
         "each distinct prompt once in the training passes off: the completion-only head is off",
-        "eager attention in the training passes",
+        "eager attention in the training passes, matmuls in sampled decoding",
         "decoder layers compiled for the training passes off: activation checkpointing is on",
     ]  # each speed-up that cannot apply says why
     # A model TRL did not patch is left alone.
@@ -467,7 +526,7 @@ def test_a_fast_path_that_cannot_apply_says_why(tokenizer, tmp_path):
     assert fast_paths.install(trainer)[1:4] == [
         "completion-only log-prob head off: TRL's fused LM head was not found",
         "each distinct prompt once in the training passes off: the completion-only head is off",
-        "eager attention in the training passes off: attention is eager, not sdpa",
+        "eager attention in the training passes, matmuls in sampled decoding off: attention is eager, not sdpa",
     ]
     with pytest.raises(ConfigError, match="grpo.fast_paths=true: TRL's fused LM head was not found"):
         fast_paths.install(trainer, strict=True)

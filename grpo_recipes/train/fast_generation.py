@@ -5,7 +5,11 @@ the training passes. Greedy outputs are token-identical to plain `generate` unde
 (tests/test_fast_paths.py)."""
 
 import contextlib
+import contextvars
 import functools
+
+# True while `generate` samples (set by fast_generate): its decoding passes may attend with decode_attention.
+SAMPLING = contextvars.ContextVar("grpo_recipes_sampling", default=False)
 
 
 def packed_weights_off(accelerator) -> str | None:
@@ -49,6 +53,23 @@ def packed_linears(model, rows: int):
     finally:
         for m in linears:
             del m.forward  # back to the class's forward; the bf16 copies are freed
+
+
+def decode_attention(module, query, key, value, attention_mask, scaling=None, **kwargs):
+    """Attention for one query a sequence (a decoding pass), as SDPA computes it up to rounding: two small
+    fp32 matmuls on the key/value heads (scores in fp32, as SDPA's CPU flash kernel keeps them). That kernel
+    takes ~0.5 ms a layer at the default step's 16 rows, this ~0.19 ms (benchmarks/RESULTS.md). Used only
+    where `generate` samples: another kernel breaks greedy argmax ties differently, and greedy outputs stay
+    token-identical to plain `generate`. Returns (output (batch, 1, heads, head dim), None) as SDPA's does."""
+    import torch
+
+    batch, heads, _, dim = query.shape
+    q = query.reshape(batch, key.shape[1], heads // key.shape[1], dim).float()  # query heads by key head
+    scores = torch.matmul(q, key.float().transpose(-1, -2)).mul_(dim**-0.5 if scaling is None else scaling)
+    if attention_mask is not None:  # boolean (batch, 1, 1, kv length): True where a position is attended
+        scores.masked_fill_(~attention_mask[:, :, -1:, :], float("-inf"))
+    out = torch.matmul(scores.softmax(-1).to(value.dtype), value)  # bf16 probabilities, as SDPA's kernel
+    return out.reshape(batch, heads, 1, value.shape[-1]).transpose(1, 2).contiguous(), None
 
 
 def buffered_cache(model, dtype):
@@ -162,10 +183,17 @@ def fast_generation(model, accelerator) -> str:
             ids = kwargs.get("input_ids")  # TRL and the eval pass keywords; other calls: autocast alone
             pack = why_not_packed is None and ids is not None
             rows = len(ids) * sequences_per_prompt(kwargs) if pack else 0  # one token a decoded sequence
-            with accelerator.autocast(), packed_linears(model, rows=rows):
-                if pack and kwargs.get("past_key_values") is None and kwargs.get("use_cache", True):
-                    kwargs["past_key_values"] = prefilled_cache(model, kwargs)  # prefill on the bf16 copies
-                return generate(*args, **kwargs)
+            config = kwargs.get("generation_config") or model.generation_config
+            sampling = SAMPLING.set(bool(kwargs.get("do_sample", config.do_sample)))
+            try:
+                with accelerator.autocast(), packed_linears(model, rows=rows):
+                    if pack and kwargs.get("past_key_values") is None and kwargs.get("use_cache", True):
+                        kwargs["past_key_values"] = prefilled_cache(
+                            model, kwargs
+                        )  # prefill on the bf16 copies
+                    return generate(*args, **kwargs)
+            finally:
+                SAMPLING.reset(sampling)
 
         fast_generate._fast = True
         model.generate = fast_generate

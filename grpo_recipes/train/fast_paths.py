@@ -10,12 +10,18 @@ import types
 
 from grpo_common.errors import ConfigError
 from grpo_recipes.models.hardware import host_memory_bytes
-from grpo_recipes.train.fast_generation import fast_generation, packed_weights_off, shared_prompt_cache
+from grpo_recipes.train.fast_generation import (
+    SAMPLING,
+    decode_attention,
+    fast_generation,
+    packed_weights_off,
+    shared_prompt_cache,
+)
 
 TESTED_TRL = ("1.16.0",)
 
 
-EAGER_FOR_GRADIENTS = "sdpa, eager with gradients"  # the attention name registered below
+RECIPE_ATTENTION = "sdpa, eager with gradients, matmuls in sampled decoding"  # registered by recipe_attention
 # What eager attention may keep for the backward (its probabilities, fp32 + bf16: 6 bytes a score), all
 # layers together, or one at a time under activation checkpointing; a longer batch attends with SDPA, whose
 # flash backward keeps none. At full length the default step keeps 0.16 GiB, experiment=gsm8k 1.3;
@@ -23,11 +29,12 @@ EAGER_FOR_GRADIENTS = "sdpa, eager with gradients"  # the attention name registe
 EAGER_ATTENTION_BYTES = 2 * 2**30
 
 
-def eager_attention_for_gradients(model) -> str | None:
-    """Eager attention in passes with gradients whose attention weights fit EAGER_ATTENTION_BYTES, SDPA in
-    the others (generation, evals, reference log-probs, long sequences): SDPA's CPU flash backward is ~3x
-    eager's (benchmarks/RESULTS.md). Registered through transformers' public attention and mask interfaces,
-    not saved with the config. Returns why it is off, or None."""
+def recipe_attention(model) -> str | None:
+    """Eager attention in passes with gradients whose attention weights fit EAGER_ATTENTION_BYTES (SDPA's CPU
+    flash backward is ~3x eager's), decode_attention in the decoding passes of a sampling `generate` (SDPA's
+    one-query kernel is ~3x its time), SDPA in the others (greedy generation, evals, reference log-probs,
+    long sequences); benchmarks/RESULTS.md. Registered through transformers' public attention and mask
+    interfaces, not saved with the config. Returns why it is off, or None."""
     import sys
 
     import torch
@@ -54,11 +61,14 @@ def eager_attention_for_gradients(model) -> str | None:
     def attention(module, query, key, value, attention_mask, **kwargs):
         if attention_mask is not None and attention_mask.is_floating_point():
             return eager(module, query, key, value, attention_mask, **kwargs)
+        plain = not kwargs.get("dropout") and kwargs.get("position_bias") is None
+        if query.shape[2] == 1 and plain and SAMPLING.get() and not torch.is_grad_enabled():
+            return decode_attention(module, query, key, value, attention_mask, **kwargs)
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
 
-    AttentionMaskInterface.register(EAGER_FOR_GRADIENTS, mask)
-    AttentionInterface.register(EAGER_FOR_GRADIENTS, attention)
-    model.set_attn_implementation(EAGER_FOR_GRADIENTS)
+    AttentionMaskInterface.register(RECIPE_ATTENTION, mask)
+    AttentionInterface.register(RECIPE_ATTENTION, attention)
+    model.set_attn_implementation(RECIPE_ATTENTION)
     return None
 
 
@@ -292,7 +302,10 @@ def install(trainer, strict: bool = False) -> list[str]:
     installed.append(said("each distinct prompt once in the training passes", unshared))
     why = "SDPA's backward is fast on a GPU" if trainer.accelerator.device.type != "cpu" else None
     installed.append(
-        said("eager attention in the training passes", why or eager_attention_for_gradients(models[0]))
+        said(
+            "eager attention in the training passes, matmuls in sampled decoding",
+            why or recipe_attention(models[0]),
+        )
     )
     installed.append(said("decoder layers compiled for the training passes", not_compiled))
     return installed
