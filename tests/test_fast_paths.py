@@ -498,7 +498,7 @@ def test_apply_installs_what_fits_the_trainer(tokenizer, tmp_path):
         "generation under one autocast context, on packed bf16 weights",
         "completion-only log-prob head",
         "each distinct prompt once in the training passes off: activation checkpointing is on",
-        "eager attention in the training passes, matmuls in sampled decoding",
+        "eager attention with gradients, matmuls in sampled decoding",
         "decoder layers compiled for the training passes off: activation checkpointing is on",
     ]
     assert trainer.model.forward.__func__.__code__.co_filename == fast_paths.__file__  # our head over TRL's
@@ -509,7 +509,7 @@ def test_apply_installs_what_fits_the_trainer(tokenizer, tmp_path):
         "generation under one autocast context, on packed bf16 weights",
         "completion-only log-prob head off: the entropy bonus needs TRL's head",
         "each distinct prompt once in the training passes off: the completion-only head is off",
-        "eager attention in the training passes, matmuls in sampled decoding",
+        "eager attention with gradients, matmuls in sampled decoding",
         "decoder layers compiled for the training passes off: activation checkpointing is on",
     ]  # each speed-up that cannot apply says why
     # A model TRL did not patch is left alone.
@@ -526,7 +526,7 @@ def test_a_fast_path_that_cannot_apply_says_why(tokenizer, tmp_path):
     assert fast_paths.install(trainer)[1:4] == [
         "completion-only log-prob head off: TRL's fused LM head was not found",
         "each distinct prompt once in the training passes off: the completion-only head is off",
-        "eager attention in the training passes, matmuls in sampled decoding off: attention is eager, not sdpa",
+        "eager attention with gradients, matmuls in sampled decoding off: attention is eager, not sdpa",
     ]
     with pytest.raises(ConfigError, match="grpo.fast_paths=true: TRL's fused LM head was not found"):
         fast_paths.install(trainer, strict=True)

@@ -303,7 +303,7 @@ def install(trainer, strict: bool = False) -> list[str]:
     why = "SDPA's backward is fast on a GPU" if trainer.accelerator.device.type != "cpu" else None
     installed.append(
         said(
-            "eager attention in the training passes, matmuls in sampled decoding",
+            "eager attention with gradients, matmuls in sampled decoding",
             why or recipe_attention(models[0]),
         )
     )
