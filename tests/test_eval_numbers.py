@@ -274,11 +274,13 @@ def test_report_states_chance_cut_offs_transfer_and_alarms(tmp_path):
 @pytest.mark.slow
 def test_a_reward_paying_for_length_raises_the_reward_hacking_alarm(tmp_path):
     """The embedded model paid only for long completions, at a high learning rate: the train reward rises as
-    the answers run past the token limit and the fixed-eval accuracy falls (measured: 50 % -> 12 %)."""
+    the answers run past the token limit and the fixed-eval accuracy falls (measured at 4 steps: 50 % -> 0 %
+    on one thread, -> 12.5 % on two; at 3 steps, since sampled decoding attends with matmuls, one thread's
+    run still held 50 %)."""
     only_length = ["dataset.rewards.accuracy=null", "dataset.rewards.format=null"]
     only_length += ["dataset.rewards.length={fn: tests.test_rewards.length_reward}"]
     proc = run_train(
-        *["max_steps=3", "eval.every_n_steps=0", "eval.size=8", "eval.hacking_window=1"],
+        *["max_steps=4", "eval.every_n_steps=0", "eval.size=8", "eval.hacking_window=1"],
         "eval_sets@eval=none",  # no transfer set: the alarm reads the headline set only
         "grpo.max_completion_length=48",
         # one prompt x 8 completions a step, on fp32 weights: where the collapse was measured (bf16 weights
@@ -293,8 +295,8 @@ def test_a_reward_paying_for_length_raises_the_reward_hacking_alarm(tmp_path):
     alarm = [line for line in (run / "train.log").read_text().splitlines() if "reward hacking?" in line]
     assert len(alarm) == 1 and "eval.hacking_window=1" in alarm[0] and "eval.hacking_drop=0.05" in alarm[0]
     evals = [r for r in read_jsonl(run / "metrics.jsonl") if r["split"] == "eval"]
-    assert [(r["step"], r.get("eval/reward_hacking")) for r in evals] == [(0, None), (3, 1)]
-    final = json.loads((run / "eval_results/eval_step_3.json").read_text())
+    assert [(r["step"], r.get("eval/reward_hacking")) for r in evals] == [(0, None), (4, 1)]
+    final = json.loads((run / "eval_results/eval_step_4.json").read_text())
     check = final["reward_hacking"]
     assert check["raised"] and check["reward_now"] > check["reward_before"]
     assert check["accuracy_before"] - check["accuracy_now"] > 0.05

@@ -1,8 +1,8 @@
 """Generation on a CPU for GRPOTrainer and the fixed eval (benchmarks/RESULTS.md, "The step against the
 machine's limit"): one autocast context, bf16 weights packed once per `generate` for oneDNN's decode GEMMs,
-a bf16 KV cache in buffers, and each distinct prompt prefilled once, in generation and (with gradients) in
-the training passes. Greedy outputs are token-identical to plain `generate` under autocast
-(tests/test_fast_paths.py)."""
+a bf16 KV cache in buffers, each distinct prompt prefilled once, in generation and (with gradients) in the
+training passes, and sampled decoding passes on decode_attention. Greedy outputs are token-identical to
+plain `generate` under autocast (tests/test_fast_paths.py)."""
 
 import contextlib
 import contextvars
@@ -57,10 +57,11 @@ def packed_linears(model, rows: int):
 
 def decode_attention(module, query, key, value, attention_mask, scaling=None, **kwargs):
     """Attention for one query a sequence (a decoding pass), as SDPA computes it up to rounding: two small
-    fp32 matmuls on the key/value heads (scores in fp32, as SDPA's CPU flash kernel keeps them). That kernel
-    takes ~0.5 ms a layer at the default step's 16 rows, this ~0.19 ms (benchmarks/RESULTS.md). Used only
-    where `generate` samples: another kernel breaks greedy argmax ties differently, and greedy outputs stay
-    token-identical to plain `generate`. Returns (output (batch, 1, heads, head dim), None) as SDPA's does."""
+    matmuls on the key/value heads, the scores in fp32 and the values weighed by bf16 probabilities, as SDPA's
+    CPU flash kernel does. That kernel takes ~0.5 ms a layer at the default step's 16 rows, this ~0.15 ms
+    (benchmarks/RESULTS.md). Used only where `generate` samples: another kernel breaks greedy argmax ties
+    differently, and greedy outputs stay token-identical to plain `generate`. Returns (output (batch, 1,
+    heads, head dim), None), as SDPA's does."""
     import torch
 
     batch, heads, _, dim = query.shape
@@ -187,10 +188,9 @@ def fast_generation(model, accelerator) -> str:
             sampling = SAMPLING.set(bool(kwargs.get("do_sample", config.do_sample)))
             try:
                 with accelerator.autocast(), packed_linears(model, rows=rows):
+                    # the prefill runs on the bf16 copies
                     if pack and kwargs.get("past_key_values") is None and kwargs.get("use_cache", True):
-                        kwargs["past_key_values"] = prefilled_cache(
-                            model, kwargs
-                        )  # prefill on the bf16 copies
+                        kwargs["past_key_values"] = prefilled_cache(model, kwargs)
                     return generate(*args, **kwargs)
             finally:
                 SAMPLING.reset(sampling)

@@ -1,8 +1,8 @@
 """CPU speed-ups for GRPOTrainer (benchmarks/RESULTS.md, "The step against the machine's limit"): the fast
 generation of train/fast_generation.py; completion log-probs from the model's own logits, each distinct
-prompt once; eager attention where gradients flow; decoder layers compiled for the passes with gradients
-(`grpo.compile_layers`). The head stands in for a TRL internal, so `grpo.fast_paths: auto` installs them
-only on the TRL versions they were tested on (TESTED_TRL)."""
+prompt once; eager attention where gradients flow, matmuls in sampled decoding; decoder layers compiled for
+the passes with gradients (`grpo.compile_layers`). The head stands in for a TRL internal, so
+`grpo.fast_paths: auto` installs them only on the TRL versions they were tested on (TESTED_TRL)."""
 
 import functools
 import inspect
