@@ -367,12 +367,12 @@ def test_decode_attention_only_where_generate_samples(tokenizer, monkeypatch):
     plain = tiny_model(tokenizer, seed=2, hidden_size=64)
     fast = copy.deepcopy(plain)
     accelerator = Accelerator(cpu=True, mixed_precision="bf16")
-    assert fast_paths.recipe_attention(fast) is None
+    assert fast_generation.recipe_attention(fast) is None
     fast_generation.fast_generation(fast, accelerator)
     calls = []
-    decode = fast_paths.decode_attention
+    decode = fast_generation.decode_attention
     monkeypatch.setattr(
-        fast_paths, "decode_attention", lambda *a, **kw: calls.append(a[1].shape) or decode(*a, **kw)
+        fast_generation, "decode_attention", lambda *a, **kw: calls.append(a[1].shape) or decode(*a, **kw)
     )
     enc = tokenizer(
         ["<|im_start|>user\n12+7?<|im_end|>\n", "9"], return_tensors="pt", padding=True, padding_side="left"
@@ -401,7 +401,7 @@ def test_eager_attention_for_gradients(tokenizer):
     plain = tiny_model(tokenizer, seed=2, hidden_size=64)
     assert plain.config._attn_implementation == "sdpa"
     ours = copy.deepcopy(plain)
-    assert fast_paths.recipe_attention(ours) is None
+    assert fast_generation.recipe_attention(ours) is None
     ids, mask, _ = batch(len(tokenizer))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         with torch.no_grad():
@@ -426,7 +426,7 @@ def test_long_sequences_keep_sdpa_with_gradients(tokenizer, monkeypatch):
     with SDPA, bit for bit the plain model's."""
     plain = tiny_model(tokenizer, seed=2, hidden_size=64)
     ours = copy.deepcopy(plain)
-    assert fast_paths.recipe_attention(ours) is None
+    assert fast_generation.recipe_attention(ours) is None
     ids, mask, _ = batch(len(tokenizer))
     b, n = ids.shape
     heads, layers = plain.config.num_attention_heads, plain.config.num_hidden_layers
@@ -436,7 +436,7 @@ def test_long_sequences_keep_sdpa_with_gradients(tokenizer, monkeypatch):
         (one_layer * layers - 1, False, False),
         (one_layer, True, True),  # checkpointed: one layer's at a time
     ]:
-        monkeypatch.setattr(fast_paths, "EAGER_ATTENTION_BYTES", budget)
+        monkeypatch.setattr(fast_generation, "EAGER_ATTENTION_BYTES", budget)
         if checkpointed:
             ours.activation_checkpointing_enable({"use_reentrant": False})
         with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -448,7 +448,7 @@ def test_passes_without_gradients_skip_the_attention_budget(tokenizer, monkeypat
     """The budget asks `is_activation_checkpointing`, a walk over every module (~2 ms on the embedded
     model): only passes with gradients may attend eagerly, so decode and eval passes never ask it."""
     ours = tiny_model(tokenizer, seed=2, hidden_size=64)
-    assert fast_paths.recipe_attention(ours) is None
+    assert fast_generation.recipe_attention(ours) is None
     asked = []
     walk = type(ours).is_activation_checkpointing
     monkeypatch.setattr(

@@ -1,8 +1,9 @@
-"""Generation on a CPU for GRPOTrainer and the fixed eval (benchmarks/RESULTS.md, "The step against the
-machine's limit"): one autocast context, bf16 weights packed once per `generate` for oneDNN's decode GEMMs,
-a bf16 KV cache in buffers, each distinct prompt prefilled once, in generation and (with gradients) in the
-training passes, and sampled decoding passes on decode_attention. Greedy outputs are token-identical to
-plain `generate` under autocast (tests/test_fast_paths.py)."""
+"""Generation and attention on a CPU for GRPOTrainer and the fixed eval (benchmarks/RESULTS.md, "The step
+against the machine's limit"): one autocast context, bf16 weights packed once per `generate` for oneDNN's
+decode GEMMs, a bf16 KV cache in buffers, each distinct prompt prefilled once, in generation and (with
+gradients) in the training passes, and the recipe's attention (recipe_attention: eager with gradients,
+decode_attention in sampled decoding). Greedy outputs are token-identical to plain `generate` under
+autocast (tests/test_fast_paths.py)."""
 
 import contextlib
 import contextvars
@@ -71,6 +72,57 @@ def decode_attention(module, query, key, value, attention_mask, scaling=None, **
         scores.masked_fill_(~attention_mask[:, :, -1:, :], float("-inf"))
     out = torch.matmul(scores.softmax(-1).to(value.dtype), value)  # bf16 probabilities, as SDPA's kernel
     return out.reshape(batch, heads, 1, value.shape[-1]).transpose(1, 2).contiguous(), None
+
+
+RECIPE_ATTENTION = "sdpa, eager with gradients, matmuls in sampled decoding"  # recipe_attention's name
+# What eager attention may keep for the backward (its probabilities, fp32 + bf16: 6 bytes a score), all
+# layers together, or one at a time under activation checkpointing; a longer batch attends with SDPA, whose
+# flash backward keeps none. At full length the default step keeps 0.16 GiB, experiment=gsm8k 1.3;
+# experiment=gsm8k_tools' 8 x ~730 tokens kept 6.9 (a 17 GiB run).
+EAGER_ATTENTION_BYTES = 2 * 2**30
+
+
+def recipe_attention(model) -> str | None:
+    """Eager attention in passes with gradients whose attention weights fit EAGER_ATTENTION_BYTES (SDPA's CPU
+    flash backward is ~3x eager's), decode_attention in the decoding passes of a sampling `generate` (SDPA's
+    one-query kernel is ~3x its time), SDPA in the others (greedy generation, evals, reference log-probs,
+    long sequences); benchmarks/RESULTS.md. Registered through transformers' public attention and mask
+    interfaces, not saved with the config. Returns why it is off, or None."""
+    import sys
+
+    import torch
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
+
+    if model.config._attn_implementation != "sdpa":
+        return f"attention is {model.config._attn_implementation}, not sdpa"
+    eager = getattr(sys.modules[type(model).__module__], "eager_attention_forward", None)
+    if eager is None:  # each model's modeling file defines its own (softcapping, sinks, ...)
+        return f"{type(model).__name__} has no eager_attention_forward"
+
+    def kept_bytes(scores: int) -> int:  # a walk over every module: asked only in passes with gradients
+        layers = 1 if model.is_activation_checkpointing else model.config.num_hidden_layers
+        return scores * 6 * model.config.num_attention_heads * layers
+
+    def mask(batch_size, q_length, kv_length, *args, **kwargs):  # float for eager, boolean (or none): SDPA
+        eager_here = (
+            torch.is_grad_enabled() and kept_bytes(batch_size * q_length * kv_length) <= EAGER_ATTENTION_BYTES
+        )
+        return (eager_mask if eager_here else sdpa_mask)(batch_size, q_length, kv_length, *args, **kwargs)
+
+    def attention(module, query, key, value, attention_mask, **kwargs):
+        if attention_mask is not None and attention_mask.is_floating_point():
+            return eager(module, query, key, value, attention_mask, **kwargs)
+        plain = not kwargs.get("dropout") and kwargs.get("position_bias") is None
+        if query.shape[2] == 1 and plain and SAMPLING.get() and not torch.is_grad_enabled():
+            return decode_attention(module, query, key, value, attention_mask, **kwargs)
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+    AttentionMaskInterface.register(RECIPE_ATTENTION, mask)
+    AttentionInterface.register(RECIPE_ATTENTION, attention)
+    model.set_attn_implementation(RECIPE_ATTENTION)
+    return None
 
 
 def buffered_cache(model, dtype):
