@@ -42,9 +42,12 @@ class WholeCheckpoints:
         self.accelerator.wait_for_everyone()  # every rank's shards are written (ZeRO, FSDP)
         if self.args.should_save:
             _publish(staging / name, run_dir / name)
-            if (best := self.state.best_model_checkpoint) and Path(best).parent == staging:
-                self.state.best_model_checkpoint = best = str(run_dir / Path(best).name)
-            _rotate(run_dir, self.args.save_total_limit, best)  # super()'s saw only the staging dir
+            # transformers' rotation saw only the staging dir, and its `checkpoint-*` glob would count and
+            # delete the `checkpoint-N.damaged` a resume set aside: the newest whole ones are kept. (No best
+            # checkpoint to keep: TRL's eval loop is off, grpo.eval_strategy=no.)
+            limit = self.args.save_total_limit
+            for _, path in sorted(_checkpoints(run_dir))[:-limit] if limit and limit > 0 else []:
+                shutil.rmtree(path, ignore_errors=True)
         self.accelerator.wait_for_everyone()
 
 
@@ -66,18 +69,6 @@ def _publish(staged: Path, final: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
     if not any(staged.parent.iterdir()):
         staged.parent.rmdir()
-
-
-def _rotate(run_dir: Path, limit: int | None, best: str | None) -> None:
-    """transformers' rotate_checkpoints over whole checkpoints only (its `checkpoint-*` glob would count and
-    delete the `checkpoint-N.damaged` a resume set aside): the newest and the best are kept."""
-    whole = [p.name for _, p in sorted(_checkpoints(run_dir))]
-    keep = set(whole[-1:]) | ({Path(best).name} if best else set())
-    for name in reversed(whole):
-        if len(keep) < (limit or 0):
-            keep.add(name)
-    for name in set(whole) - keep if limit and limit > 0 else []:
-        shutil.rmtree(run_dir / name, ignore_errors=True)
 
 
 def _checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
