@@ -20,6 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import OmegaConf
+
 from grpo_common.errors import ConfigError
 from grpo_recipes.config.knobs import may_change_on_resume
 from grpo_recipes.config.values import lookup, show
@@ -160,8 +163,6 @@ def read_override_entries(run_dir: Path) -> list[dict[str, Any]]:
     path = run_dir / "overrides.yaml"
     if not path.is_file():
         return []
-    from omegaconf import OmegaConf
-
     data = OmegaConf.to_container(OmegaConf.load(path))
     if data and all(isinstance(x, str) for x in data):
         return [{"overrides": list(data), "resume": False}]
@@ -175,8 +176,6 @@ def first_overrides(run_dir: Path) -> list[str]:
 
 def merge_overrides(*lists: list[str]) -> list[str]:
     """Later overrides replace earlier ones of the same key (or group); the rest keep their order."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     parser = OverridesParser.create()
     merged: dict[str, str] = {}
     for overrides in lists:
@@ -193,8 +192,6 @@ def saved_overrides(run_dir: Path) -> list[str] | None:
 
 def record_overrides(run_dir: Path, overrides: list[str], resumed: bool) -> None:
     """Append this command's overrides as a new entry (a resume records only what it adds or changes)."""
-    from omegaconf import OmegaConf
-
     entries = read_override_entries(run_dir)
     if resumed and entries:
         current = set(merge_overrides(*(e["overrides"] for e in entries)))
@@ -209,8 +206,6 @@ def record_overrides(run_dir: Path, overrides: list[str], resumed: bool) -> None
 
 def saved_config(run_dir: Path) -> dict[str, Any] | None:
     """The run's resolved config as written when it started (config.yaml), None before it has one."""
-    from omegaconf import OmegaConf
-
     path = run_dir / "config.yaml"
     if not path.is_file():
         return None

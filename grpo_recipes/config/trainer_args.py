@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import functools
 import json
 import re
 import types
 import typing
 from typing import Any
+
+from trl import GRPOConfig
 
 from grpo_common.errors import ConfigError, did_you_mean
 from grpo_recipes.config.checks import check_batch
@@ -25,19 +26,13 @@ from grpo_recipes.models.hardware import Hardware, apply_hardware, check_generat
 COMMON_KNOBS = ("max_steps", "learning_rate", "seed", "run_name", "output_dir", "report_to", "use_vllm")
 
 
-@functools.cache
-def recipe_grpo_config_class() -> type:
-    """TRL's GRPOConfig with the recipe's own knobs as fields (imported on first use: TRL is heavy)."""
-    from trl import GRPOConfig
-
-    cls = type("RecipeGRPOConfig", (GRPOConfig, RecipeGRPOFields), {"__module__": __name__})
-    return dataclasses.dataclass(cls)
+@dataclasses.dataclass
+class RecipeGRPOConfig(GRPOConfig, RecipeGRPOFields):
+    """TRL's GRPOConfig with the recipe's own knobs as fields."""
 
 
-def __getattr__(name: str):  # `trainer_args.RecipeGRPOConfig`: how pickle finds it (training_args.bin)
-    if name == "RecipeGRPOConfig":
-        return recipe_grpo_config_class()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def recipe_grpo_config_class() -> type:  # the benchmarks and tests ask for it by this name
+    return RecipeGRPOConfig
 
 
 def build_grpo_kwargs(
@@ -50,7 +45,7 @@ def build_grpo_kwargs(
                 f"grpo.{knob} is a top-level knob here: set `{knob}=...` instead of `grpo.{knob}=...`"
             )
         grpo[knob] = cfg[knob]
-    fields = {f.name for f in dataclasses.fields(recipe_grpo_config_class()) if f.init}
+    fields = {f.name for f in dataclasses.fields(RecipeGRPOConfig) if f.init}
     for key in grpo:
         if key not in fields:
             hint = did_you_mean(key, sorted(fields))
@@ -123,19 +118,18 @@ def build_grpo_config(grpo: dict[str, Any]):
     if grpo.get("activation_checkpointing") is None and grpo.get("gradient_checkpointing") is None:
         grpo = {**grpo, "activation_checkpointing": False}  # not None: TRL would read None as its default, on
 
-    config_class = recipe_grpo_config_class()
-    hints = typing.get_type_hints(config_class)
+    hints = typing.get_type_hints(RecipeGRPOConfig)
     for key, value in grpo.items():  # the declared keys are checked by their declaration (checks.py)
         if f"grpo.{key}" not in SCHEMA and key in hints and not _matches(value, hints[key]):
             name = str(hints[key]).replace("typing.", "").replace("<class '", "").replace("'>", "")
             raise ConfigError(f"grpo.{key}={show(value)}: expected {name} (GRPOConfig's type)")
-    supported = supported_values(config_class, "loss_type")  # TRL checks it only once training starts
+    supported = supported_values(RecipeGRPOConfig, "loss_type")  # TRL checks it only once training starts
     if supported and grpo.get("loss_type", supported[0]) not in supported:
         raise ConfigError(
             f"grpo.loss_type={show(grpo['loss_type'])}: expected one of: {', '.join(supported)}"
         )
     try:
-        return config_class(**grpo)
+        return RecipeGRPOConfig(**grpo)
     except (ValueError, TypeError) as err:
         raise ConfigError(name_the_key(str(err), grpo)) from None
 
