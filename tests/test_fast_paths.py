@@ -31,15 +31,14 @@ def batch(vocab: int, prompt: int = 7, completion: int = 5):
     return ids, mask, labels
 
 
-def heads(tokenizer, temperature, max_logits=None):
+def heads(tokenizer, temperature):
     from trl.trainer.utils import add_fused_lm_head
 
     trl_model = tiny_model(tokenizer, seed=1, hidden_size=64)
     ours = copy.deepcopy(trl_model)
     for m in (trl_model, ours):
         add_fused_lm_head(m, temperature=temperature, outputs=("log_probs", "entropy"))
-    kwargs = {} if max_logits is None else {"max_logits": max_logits}
-    completion_logprob_head(ours, temperature=temperature, **kwargs)
+    completion_logprob_head(ours, temperature=temperature)
     return trl_model, ours
 
 
@@ -161,8 +160,9 @@ def test_token_logprobs_in_chunks_match_log_softmax(monkeypatch, temperature):
     assert torch.allclose(got_grad, logits.grad, atol=1e-6)
 
 
-def test_large_micro_batches_keep_trls_head(tokenizer):
-    trl_model, ours = heads(tokenizer, 1.0, max_logits=10)  # fewer logits than the batch scores
+def test_large_micro_batches_keep_trls_head(tokenizer, monkeypatch):
+    monkeypatch.setattr(fast_paths, "host_memory_bytes", lambda: 10 * 16 * 4)  # 10 logits: fewer than scored
+    trl_model, ours = heads(tokenizer, 1.0)
     ids, mask, labels = batch(len(tokenizer))
     expected, expected_grads = score(trl_model, ids, mask, labels, False)
     got, grads = score(ours, ids, mask, labels, False)

@@ -20,9 +20,7 @@ from grpo_recipes.train.fast_generation import (
 TESTED_TRL = ("1.16.0",)
 
 
-def completion_logprob_head(
-    model, temperature: float, max_logits: int | None = None, share_prompts: bool = True
-) -> bool:
+def completion_logprob_head(model, temperature: float, share_prompts: bool = True) -> bool:
     """Wrap a model patched by TRL's `add_fused_lm_head`: a `fused_lm_head=True` call on a CPU computes the
     same `FusedCausalLMOutput` from the completion positions' logits only, in the autocast dtype (without
     Triton TRL's head projects every position, prompts included, in fp32 tiles), and, with `share_prompts`,
@@ -36,7 +34,7 @@ def completion_logprob_head(
         return False
     # Completion logits a micro-batch may have for the direct head: a sixteenth of the host's memory at 4
     # bytes a logit (the bf16 logits and their gradient); above it, TRL's memory-lean head is kept.
-    max_logits = host_memory_bytes() // 16 // 4 if max_logits is None else max_logits
+    max_logits = host_memory_bytes() // 16 // 4
 
     # The class's signature, as TRL keeps it: `generate` decides which inputs to pass (position_ids for
     # left padding, logits_to_keep) from it.
