@@ -212,7 +212,7 @@ def main() -> None:
     parser.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16"], help="model.dtype")
     args = parser.parse_args()
 
-    from grpo_recipes.config.trainer_args import build_grpo_kwargs, recipe_grpo_config_class
+    from grpo_recipes.config.trainer_args import RecipeGRPOConfig, build_grpo_kwargs
     from grpo_recipes.models import bf16_adamw
     from grpo_recipes.models.hardware import detect_hardware, malloc_tuning, resolve_activation_checkpointing
     from grpo_recipes.train import fast_paths
@@ -242,7 +242,7 @@ def main() -> None:
 
     clock, phases = StepClock(), PhaseClock(model, device)
     with tempfile.TemporaryDirectory() as out:
-        config = recipe_grpo_config_class()(
+        config = RecipeGRPOConfig(
             output_dir=out,
             max_steps=args.steps,
             logging_steps=1,

@@ -77,7 +77,7 @@ def run_trainer(
     """recipe: with this package's fast paths (grpo_recipes.train.fast_paths), as train_grpo.py builds it."""
     from trl import GRPOConfig, GRPOTrainer
 
-    from grpo_recipes.config.trainer_args import recipe_grpo_config_class
+    from grpo_recipes.config.trainer_args import RecipeGRPOConfig
     from grpo_recipes.models import bf16_adamw
     from grpo_recipes.train import fast_paths
     from grpo_recipes.train.sampling_kl import trainer_class
@@ -88,7 +88,7 @@ def run_trainer(
         torch.cuda.reset_peak_memory_stats()
 
     with tempfile.TemporaryDirectory() as out:
-        args = (recipe_grpo_config_class() if recipe else GRPOConfig)(
+        args = (RecipeGRPOConfig if recipe else GRPOConfig)(
             output_dir=out,
             max_steps=steps,
             logging_steps=1,

@@ -173,12 +173,12 @@ def test_overrides_yaml_keeps_the_first_entry_and_merges_later_ones(tmp_path):
 def test_every_loss_type_the_installed_trl_supports_is_accepted_and_no_other():
     from grpo_recipes.config.checks import check_config
     from grpo_recipes.config.trainer_args import (
+        RecipeGRPOConfig,
         check_trainer_config,
-        recipe_grpo_config_class,
         supported_values,
     )
 
-    supported = supported_values(recipe_grpo_config_class(), "loss_type")
+    supported = supported_values(RecipeGRPOConfig, "loss_type")
     assert {"grpo", "dapo", "dr_grpo", "bnpo", "cispo", "sapo"} <= set(supported)  # read from TRL, not a copy
     for loss in ("sapo", supported[-1]):
         cfg = composed(f"grpo.loss_type={loss}", "model=tiny_random")

@@ -26,10 +26,9 @@ def composed(*overrides: str) -> dict:
 def test_defaults_compose_into_a_valid_grpo_config():
     import torch
 
-    from grpo_recipes.config.trainer_args import recipe_grpo_config_class
+    from grpo_recipes.config.trainer_args import RecipeGRPOConfig as GRPOConfig  # with the recipe's knobs
     from grpo_recipes.models.hardware import resolve_activation_checkpointing
 
-    GRPOConfig = recipe_grpo_config_class()  # TRL's, with the recipe's own knobs
     cfg = composed()
     assert cfg["model"]["path"] == "embedded:smollm2-135m-instruct"
     assert cfg["dataset"]["name"] == "arithmetic" and cfg["run_name"] == "arithmetic-smollm2-135m"

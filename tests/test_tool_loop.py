@@ -13,7 +13,7 @@ import transformers
 
 from grpo_common.templates import set_chat_template
 from grpo_common.tool_use import ToolUse, tool_use
-from grpo_recipes.config.trainer_args import recipe_grpo_config_class
+from grpo_recipes.config.trainer_args import RecipeGRPOConfig
 from grpo_recipes.evaluation.generation import HFGenerator
 from grpo_recipes.evaluation.tool_loop import ToolLoop
 from grpo_recipes.models.tiny import tiny_model, tiny_tokenizer
@@ -50,7 +50,7 @@ def scripted_trainer(tmp_path, tokenizer, rows, reward, max_length, cap, **tools
     """The recipe's trainer on the tiny model, given `tools=` or `environment_factory=`."""
     from datasets import Dataset
 
-    args = recipe_grpo_config_class()(
+    args = RecipeGRPOConfig(
         output_dir=str(tmp_path),
         use_cpu=True,
         bf16=False,

@@ -31,10 +31,6 @@ class RecipeGRPOConfig(GRPOConfig, RecipeGRPOFields):
     """TRL's GRPOConfig with the recipe's own knobs as fields."""
 
 
-def recipe_grpo_config_class() -> type:  # the benchmarks and tests ask for it by this name
-    return RecipeGRPOConfig
-
-
 def build_grpo_kwargs(
     cfg: dict[str, Any], hw: Hardware, reward_weights: list[float] | None = None
 ) -> dict[str, Any]:
