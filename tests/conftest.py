@@ -200,7 +200,7 @@ def tiny_trainer(trainer_class, tmp_path, prompts, reward, model=None, trainer_k
     and `compute_loss` outside the training loop."""
     from datasets import Dataset
 
-    from grpo_recipes.config.trainer_args import RecipeGRPOConfig as GRPOConfig  # with the recipe's knobs
+    from grpo_recipes.config.trainer_args import RecipeGRPOConfig
     from grpo_recipes.models.tiny import tiny_model, tiny_tokenizer
 
     tokenizer = tiny_tokenizer()
@@ -211,7 +211,9 @@ def tiny_trainer(trainer_class, tmp_path, prompts, reward, model=None, trainer_k
         "activation_checkpointing": False,
         **config,
     }
-    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", seed=0, **config)
+    args = RecipeGRPOConfig(
+        output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", seed=0, **config
+    )
     data = Dataset.from_list([{"prompt": [{"role": "user", "content": p}]} for p in prompts])
     trainer = trainer_class(
         model=model if model is not None else tiny_model(tokenizer, seed=3),

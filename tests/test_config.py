@@ -26,20 +26,20 @@ def composed(*overrides: str) -> dict:
 def test_defaults_compose_into_a_valid_grpo_config():
     import torch
 
-    from grpo_recipes.config.trainer_args import RecipeGRPOConfig as GRPOConfig  # with the recipe's knobs
+    from grpo_recipes.config.trainer_args import RecipeGRPOConfig
     from grpo_recipes.models.hardware import resolve_activation_checkpointing
 
     cfg = composed()
     assert cfg["model"]["path"] == "embedded:smollm2-135m-instruct"
     assert cfg["dataset"]["name"] == "arithmetic" and cfg["run_name"] == "arithmetic-smollm2-135m"
     kwargs = build_grpo_kwargs(cfg, CPU, reward_weights=[1.0, 0.2])
-    args = GRPOConfig(**kwargs)
+    args = RecipeGRPOConfig(**kwargs)
     assert args.use_cpu and not args.bf16
     assert args.max_steps == cfg["max_steps"] and args.learning_rate == cfg["learning_rate"]
     assert args.reward_weights == [1.0, 0.2]
     assert kwargs["activation_checkpointing"] is None  # auto: resolved once the model is loaded
     resolve_activation_checkpointing(kwargs, torch.nn.Linear(10, 10), CPU, lora=False)
-    assert GRPOConfig(**kwargs).activation_checkpointing is False  # TRL's own default would be True
+    assert RecipeGRPOConfig(**kwargs).activation_checkpointing is False  # TRL's own default would be True
     assert args.generation_batch_size % args.num_generations == 0
     assert (args.fast_paths, args.no_signal_warning) == ("auto", 3)  # the recipe's knobs, read from the args
 

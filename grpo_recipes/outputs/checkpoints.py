@@ -46,8 +46,9 @@ class WholeCheckpoints:
             # delete the `checkpoint-N.damaged` a resume set aside: the newest whole ones are kept. (No best
             # checkpoint to keep: TRL's eval loop is off, grpo.eval_strategy=no.)
             limit = self.args.save_total_limit
-            for _, path in sorted(_checkpoints(run_dir))[:-limit] if limit and limit > 0 else []:
-                shutil.rmtree(path, ignore_errors=True)
+            if limit and limit > 0:
+                for _, path in sorted(_checkpoints(run_dir))[:-limit]:
+                    shutil.rmtree(path, ignore_errors=True)
         self.accelerator.wait_for_everyone()
 
 
