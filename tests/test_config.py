@@ -157,6 +157,28 @@ def test_hardware_rules():
         build_grpo_kwargs(composed("grpo=vllm_is"), CPU)
 
 
+def test_generation_cache_is_static_only_where_it_was_measured(monkeypatch):
+    """null: a static cache (its decoding step compiled) for one process training all the weights on a GPU;
+    TRL's dynamic cache on a CPU, under LoRA, over several processes or a sharding engine; a value set is
+    kept, and a typo is named."""
+
+    def cache(*overrides, hw=GPU):
+        return build_grpo_kwargs(composed(*overrides), hw)["cache_implementation"]
+
+    assert cache() == "static"
+    assert cache(hw=CPU) is None
+    assert cache("model.lora.enabled=true") is None
+    assert cache(hw=Hardware(gpu=True, bf16=True, world_size=2)) is None
+    assert cache("grpo.cache_implementation=dynamic") == "dynamic"
+    assert cache("grpo.cache_implementation=static", hw=CPU) == "static"
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    assert cache() is None
+    from grpo_recipes.config.checks import check_values
+
+    with pytest.raises(ConfigError, match="grpo.cache_implementation.*one of: static, dynamic"):
+        check_values(composed("grpo.cache_implementation=statik"))
+
+
 @pytest.mark.skipif(__import__("platform").libc_ver()[0] != "glibc", reason="glibc's malloc tunables")
 def test_a_script_starts_again_once_with_the_malloc_tunables_unless_the_user_set_them(tmp_path):
     """hardware.relaunch_with_malloc_tunables: `python [options] script ...` runs again as the same process,

@@ -267,6 +267,87 @@ def test_each_distinct_prompt_is_prefilled_once(tokenizer):
         assert torch.allclose(a, b, atol=0.05)
 
 
+def test_a_static_cache_asked_for_is_made_once_and_generates_what_the_default_cache_does(
+    tokenizer, monkeypatch
+):
+    """grpo.cache_implementation=static: under autocast an fp32 Llama's rotated keys come out fp32 and its
+    values bf16, which transformers' own static cache cannot store (a step failed on it); the recipe's keeps
+    both in bf16, is made once per shape and reset for the next call (the same tensors: a compiled decoding
+    step replays its CUDA graphs), and greedy tokens are the default cache's."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+    from transformers import GenerationConfig, cache_utils
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    plain = tiny_model(tokenizer, seed=2, hidden_size=64)
+    fast = copy.deepcopy(plain)
+    accelerator = Accelerator(cpu=True, mixed_precision="bf16")
+    fast_generation.fast_generation(fast, accelerator)
+    fast_generation.static_cache_generation(fast)  # as fast_paths.apply installs it, over fast_generate
+    made, used = [], []
+
+    class Counted(cache_utils.StaticCache):
+        def __init__(self, *args, **kwargs):
+            made.append(kwargs["max_cache_len"])
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(cache_utils, "StaticCache", Counted)
+    body = fast.get_decoder()
+    body.register_forward_pre_hook(lambda m, a, kw: used.append(kw["past_key_values"]), with_kwargs=True)
+    prompts = ["<|im_start|>user\n12+7?<|im_end|>\n", "<|im_start|>assistant\n"] * 2
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left")
+    greedy = {"max_new_tokens": 20, "do_sample": False, "pad_token_id": tokenizer.pad_token_id}
+    config = GenerationConfig(**greedy, cache_implementation="static", disable_compile=True)  # as TRL's
+    with torch.no_grad():
+        with accelerator.autocast():
+            expected = plain.generate(**enc, **greedy)
+        first = fast.generate(**enc, generation_config=config)
+        second = fast.generate(**enc, generation_config=config)
+    assert torch.equal(first, expected) and torch.equal(second, expected)
+    assert made == [128]  # prompt + 20 tokens, rounded up to CACHE_LENGTH_STEP; the second call reuses it
+    assert {id(c) for c in used} == {id(used[0])} and type(used[0]) is Counted
+    assert {layer.keys.dtype for layer in used[0].layers} == {torch.bfloat16}
+    assert config.cache_implementation == "static"  # the caller's config is left as it was
+
+
+def test_a_static_cache_the_recipe_cannot_hold_falls_back_to_the_dynamic_one_and_says_so(
+    tokenizer, monkeypatch, caplog
+):
+    """Layers of another kind (sliding windows, ...): transformers' own static cache would fail under autocast
+    as above, so the default dynamic cache generates, with one warning."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+    from transformers import GenerationConfig, cache_utils
+
+    class Sliding(cache_utils.StaticCache):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.layers = [cache_utils.StaticSlidingWindowLayer(8, 4) for _ in self.layers]
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    monkeypatch.setattr(cache_utils, "StaticCache", Sliding)
+    fast_generation.dynamic_instead.cache_clear()
+    plain = tiny_model(tokenizer, seed=2, hidden_size=64)
+    fast = copy.deepcopy(plain)
+    accelerator = Accelerator(cpu=True, mixed_precision="bf16")
+    fast_generation.fast_generation(fast, accelerator)
+    fast_generation.static_cache_generation(fast)
+    enc = tokenizer(["9", "<|im_start|>assistant\n"], return_tensors="pt", padding=True, padding_side="left")
+    greedy = {"max_new_tokens": 8, "do_sample": False, "pad_token_id": tokenizer.pad_token_id}
+    config = GenerationConfig(**greedy, cache_implementation="static", disable_compile=True)
+    with torch.no_grad():
+        with accelerator.autocast():
+            expected = plain.generate(**enc, **greedy)
+        got = [fast.generate(**enc, generation_config=config) for _ in range(2)]
+    assert all(torch.equal(g, expected) for g in got)
+    said = [r.message for r in caplog.records if "cache_implementation=static" in r.message]
+    expected_line = (
+        "grpo.cache_implementation=static: LlamaForCausalLM has layers of another kind (sliding windows, "
+        "...), which the recipe's static cache does not hold: generating with the dynamic cache"
+    )
+    assert said == [expected_line]
+
+
 def test_a_model_that_is_its_own_decoder_is_prefilled_with_one_position_of_logits(tokenizer):
     """transformers' get_decoder returns the model itself for some (Mllama): the prefill then keeps one
     position's logits, and generation is unchanged."""
@@ -567,6 +648,27 @@ def test_the_switch_and_the_version_guard(tokenizer, tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="grpo.fast_paths=true: written for TRL 1.16.0, TRL 99.0.0 is"):
         fast_paths.apply(trainer, True)  # true refuses what auto falls back from
     assert not getattr(trainer.model.generate, "_fast", False)
+
+
+# TRL 1.16's generation unwrapping asks the deprecated name (a run filters it: run.ignore_trl_deprecations)
+@pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
+def test_a_static_cache_asked_for_is_installed_with_the_fast_paths_off_and_a_step_trains(tokenizer, tmp_path):
+    """grpo.cache_implementation=static with grpo.fast_paths=false: TRL's generate still gets the recipe's
+    static cache (transformers' own stopped the first step under autocast), the log line says so, and a
+    training step runs."""
+    trainer = grpo_trainer(
+        tokenizer, tmp_path, cache_implementation="static", max_steps=1, activation_checkpointing=False
+    )
+    said = fast_paths.apply(trainer, False)
+    assert (
+        said == "off (grpo.fast_paths=false), a static KV cache (not compiled on a CPU; each distinct "
+        "prompt's own prefill off)"
+    )
+    assert getattr(trainer.model.generate, "_static", False) and not getattr(
+        trainer.model.generate, "_fast", 0
+    )
+    trainer.train()
+    assert trainer.state.global_step == 1
 
 
 def test_compiled_layers_match_eager_within_bf16_rounding(tokenizer):

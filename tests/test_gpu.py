@@ -92,6 +92,66 @@ def test_full_training_of_the_embedded_model_keeps_fp32_weights_that_every_step_
     assert share_moved(run / "final", embedded_dir()) > 0.9
 
 
+def test_a_static_cache_compiles_the_decoding_step_on_a_gpu():
+    """grpo.cache_implementation=static on a GPU: the recipe undoes TRL's `disable_compile`, so transformers
+    compiles the decoding step (inductor, CUDA graphs) on the recipe's reused bf16 cache; the first tokens and
+    logits are the eager default cache's (compiled kernels round differently later on)."""
+    import copy
+
+    import torch
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+    from torch._dynamo.utils import counters
+    from transformers import GenerationConfig
+
+    from grpo_recipes.models.tiny import tiny_model, tiny_tokenizer
+    from grpo_recipes.train import fast_generation
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    tokenizer = tiny_tokenizer()
+    plain = tiny_model(tokenizer, seed=2, hidden_size=64).cuda()  # fp32 weights, bf16 autocast: as a run's
+    fast = copy.deepcopy(plain)
+    accelerator = Accelerator(mixed_precision="bf16")
+    fast_generation.fast_generation(fast, accelerator)
+    fast_generation.static_cache_generation(fast)
+    enc = tokenizer(
+        ["<|im_start|>user\n12+7?<|im_end|>\n", "9"] * 4,
+        return_tensors="pt",
+        padding=True,
+        padding_side="left",
+    ).to("cuda")
+    greedy = {
+        "max_new_tokens": 16,
+        "do_sample": False,
+        "pad_token_id": tokenizer.pad_token_id,
+        "output_logits": True,
+        "return_dict_in_generate": True,
+    }
+    config = GenerationConfig(**greedy, cache_implementation="static", disable_compile=True)  # as TRL's
+    torch._dynamo.reset()
+    counters.clear()
+    with torch.no_grad():
+        with accelerator.autocast():
+            expected = plain.generate(**enc, **greedy)
+        got = [fast.generate(**enc, generation_config=config) for _ in range(2)]
+    assert counters["stats"]["unique_graphs"] >= 1  # the decoding step was compiled
+    width = enc["input_ids"].shape[1]
+    for out in got:
+        assert torch.equal(out.sequences[:, : width + 1], expected.sequences[:, : width + 1])
+        assert torch.allclose(out.logits[0], expected.logits[0], atol=0.05)
+
+
+def test_a_run_with_a_static_cache_trains(tmp_path):
+    proc = run_train(*SHORT, "grpo.cache_implementation=static", f"output_root={tmp_path}", "run_name=s")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = tmp_path / "s"
+    assert (
+        "a static KV cache reused, its decoding step compiled (CUDA graphs)"
+        in (run / "train.log").read_text()
+    )
+    trained_as_asked(run)
+
+
 @pytest.mark.parametrize("quantize", [None, "4bit"])
 def test_lora_and_qlora_train_an_adapter(quantize, tmp_path):
     if quantize and importlib.util.find_spec("bitsandbytes") is None:

@@ -57,6 +57,12 @@ class GRPO(RecipeGRPOFields):
     warmup_steps: float = knob(2, Float(0), "warm-up steps")
     activation_checkpointing: Any = knob(None, OPT_BOOL, "null: on only where memory needs it", resume=True)
     bf16: Any = knob(None, OPT_BOOL, "null: bf16 where the hardware computes it")
+    cache_implementation: Any = knob(
+        None,
+        Choice("static", "dynamic", "offloaded", "offloaded_static", "quantized", optional=True),
+        "generation's KV cache (null: static, its decoding step compiled, on one GPU; dynamic elsewhere)",
+        resume=True,
+    )
     logging_steps: float = knob(1, Float(above=0), "log every N steps", resume=True)
     save_strategy: str = knob("steps", STR, "when to save checkpoints", resume=True)
     save_steps: float = knob(20, Float(above=0), "a checkpoint every N steps", resume=True)

@@ -49,7 +49,7 @@ def build_grpo_kwargs(
     if isinstance(grpo.get("report_to"), str):
         grpo["report_to"] = [grpo["report_to"]]
 
-    apply_hardware(grpo, hw)
+    apply_hardware(grpo, hw, lora=cfg["model"]["lora"]["enabled"])
     check_batch(grpo, hw.world_size)
     if reward_weights is not None:
         if grpo.get("reward_weights") is not None:

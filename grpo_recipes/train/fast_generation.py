@@ -8,6 +8,9 @@ autocast (tests/test_fast_paths.py)."""
 import contextlib
 import contextvars
 import functools
+import logging
+
+log = logging.getLogger("grpo_recipes")
 
 # True while `generate` samples (set by fast_generate): its decoding passes may attend with decode_attention.
 SAMPLING = contextvars.ContextVar("grpo_recipes_sampling", default=False)
@@ -221,6 +224,96 @@ def shared_prompt_cache(model, kwargs: dict, length: int):
     return cache if fill_distinct_prefixes(model, cache, kwargs, length, numbered=False) else None
 
 
+CACHE_LENGTH_STEP = 128  # static caches come in multiples of this: a few sizes, each compiled once
+
+
+def reused_static_cache(model, caches: dict, kwargs: dict, config):
+    """The StaticCache for a `generate` that asks for one (grpo.cache_implementation=static): rows x length,
+    the length rounded up to CACHE_LENGTH_STEP, kept in `caches` and reset for each call. The same tensors at
+    every call let a compiled decoding step replay its CUDA graphs instead of recording new ones. Keys and
+    values are kept in the values' dtype: under autocast a Llama's rotated keys come out fp32 (its rotary
+    tables follow the fp32 embeddings) and its values bf16, which transformers' StaticLayer cannot store; SDPA
+    casts them to bf16 all the same. None where the model's static cache has other kinds of layers."""
+    from transformers.cache_utils import StaticCache, StaticLayer
+
+    class OneDtypeLayer(StaticLayer):
+        def update(self, key_states, value_states, *args, **kwargs):
+            dtype = self.dtype if self.is_initialized else value_states.dtype
+            return super().update(key_states.to(dtype), value_states.to(dtype), *args, **kwargs)
+
+    ids = kwargs["input_ids"]
+    new_tokens = kwargs.get("max_new_tokens", config.max_new_tokens)
+    need = ids.size(1) + new_tokens if new_tokens is not None else kwargs.get("max_length", config.max_length)
+    key = (len(ids) * sequences_per_prompt(kwargs), -(-need // CACHE_LENGTH_STEP) * CACHE_LENGTH_STEP)
+    if key not in caches:
+        cache = StaticCache(config=model.config, max_cache_len=key[1])
+        if not all(type(layer) is StaticLayer for layer in cache.layers):
+            return None
+        cache.layers = [OneDtypeLayer(max_cache_len=key[1]) for _ in cache.layers]
+        caches[key] = cache
+    caches[key].reset()
+    return caches[key]
+
+
+def static_generation(model, caches: dict, kwargs: dict, config) -> None:
+    """Generate on a reused static cache where the caller asked for one; on a GPU with transformers' own
+    compile of the decoding step (inductor and CUDA graphs: a launch or so a token, where eager launches ~25
+    kernels a layer), which TRL's generation config turns off (`disable_compile`). On a CPU transformers does
+    not compile it: the static cache alone, and the recipe's prefill of each distinct prompt is skipped.
+    Where the model's layers need another kind of static cache, the default dynamic cache, said once."""
+    import copy
+
+    cache = reused_static_cache(model, caches, kwargs, config)
+    if cache is None:
+        dynamic_instead(type(model).__name__)
+    compiled = cache is not None and model.device.type == "cuda"
+    asked = {"cache_implementation": None} | ({"disable_compile": False} if compiled else {})
+    if "generation_config" in kwargs:  # TRL's: asked on a copy (kwargs beside a config are deprecated)
+        kwargs["generation_config"] = copy.deepcopy(config)
+        for name, value in asked.items():
+            setattr(kwargs["generation_config"], name, value)
+    else:
+        kwargs.update(asked)
+    if cache is not None:
+        kwargs["past_key_values"] = cache
+
+
+@functools.cache  # once a model class
+def dynamic_instead(model_name: str) -> None:
+    log.warning(
+        "grpo.cache_implementation=static: %s has layers of another kind (sliding windows, ...), which the "
+        "recipe's static cache does not hold: generating with the dynamic cache",
+        model_name,
+    )
+
+
+def static_cache_generation(model) -> str:
+    """Make `model.generate` calls that ask for a static cache (TRL passes grpo.cache_implementation) run on
+    the recipe's (static_generation), whether or not the fast paths are on: transformers' own fails under
+    autocast. Installed over fast_generate, which then finds the cache given. Returns what it does here."""
+    generate = model.generate
+    if not getattr(generate, "_static", False):
+        caches = {}  # (rows, length) -> StaticCache, reused
+
+        @functools.wraps(generate)
+        def static_generate(*args, **kwargs):
+            config = kwargs.get("generation_config") or model.generation_config
+            asked = kwargs.get("cache_implementation", config.cache_implementation)
+            if (
+                asked == "static"
+                and kwargs.get("input_ids") is not None
+                and kwargs.get("past_key_values") is None
+            ):
+                static_generation(model, caches, kwargs, config)
+            return generate(*args, **kwargs)
+
+        static_generate._static = True
+        model.generate = static_generate
+    if model.device.type == "cuda":
+        return "a static KV cache reused, its decoding step compiled (CUDA graphs)"
+    return "a static KV cache (not compiled on a CPU; each distinct prompt's own prefill off)"
+
+
 def fast_generation(model, accelerator) -> str:
     """Run `model.generate` inside one autocast context (leaving it, as accelerate does after each forward,
     drops its bf16 weight copies) and, on a CPU, on packed weights with the prefilled bf16 cache. Returns
@@ -238,10 +331,12 @@ def fast_generation(model, accelerator) -> str:
             rows = len(ids) * sequences_per_prompt(kwargs) if pack else 0  # one token a decoded sequence
             config = kwargs.get("generation_config") or model.generation_config
             sampling = SAMPLING.set(bool(kwargs.get("do_sample", config.do_sample)))
+            asked = kwargs.get("cache_implementation", config.cache_implementation)  # transformers' to make
             try:
                 with accelerator.autocast(), packed_linears(model, rows=rows):
                     # the prefill runs on the bf16 copies
-                    if pack and kwargs.get("past_key_values") is None and kwargs.get("use_cache", True):
+                    own_cache = pack and not asked and kwargs.get("use_cache", True)
+                    if own_cache and kwargs.get("past_key_values") is None:
                         kwargs["past_key_values"] = prefilled_cache(model, kwargs)
                     return generate(*args, **kwargs)
             finally:

@@ -15,6 +15,7 @@ from grpo_recipes.train.fast_generation import (
     packed_weights_off,
     recipe_attention,
     shared_prompt_cache,
+    static_cache_generation,
 )
 
 TESTED_TRL = ("1.16.0",)
@@ -194,8 +195,17 @@ def _has_trl_head(forward) -> bool:
 
 
 def apply(trainer, mode: bool | str | None = None) -> str:
-    """Install the fast paths per `grpo.fast_paths` (the trainer's args, unless `mode` is given); returns what
-    was installed, or why none. `true` refuses what `auto` falls back from (untested TRL, no fused head)."""
+    """Install the fast paths per `grpo.fast_paths` (the trainer's args, unless `mode` is given), and the
+    recipe's static KV cache where grpo.cache_implementation asks for one, whatever the mode (transformers'
+    own fails under autocast); returns what was installed, or why none."""
+    said = fast_paths_by_mode(trainer, mode)
+    if getattr(trainer.args, "cache_implementation", None) == "static":
+        said += f", {static_cache_generation(trainer.model)}"
+    return said
+
+
+def fast_paths_by_mode(trainer, mode: bool | str | None) -> str:
+    """`true` refuses what `auto` falls back from (untested TRL, no fused head)."""
     import trl
 
     mode = getattr(trainer.args, "fast_paths", "auto") if mode is None else mode
