@@ -158,9 +158,9 @@ def test_hardware_rules():
 
 
 def test_generation_cache_is_static_only_where_it_was_measured(monkeypatch):
-    """null: a static cache (its decoding step compiled) for one process training all the weights on a GPU;
-    TRL's dynamic cache on a CPU, under LoRA, over several processes or a sharding engine; a value set is
-    kept, and a typo is named."""
+    """null: a static cache (its decoding step compiled) for one process training all the weights on a GPU
+    under bf16 autocast, one turn a rollout; TRL's default on a CPU, under LoRA, with tools, over several
+    processes or a sharding engine, with fp16 or TRL's compile; a value set is kept, and a typo is named."""
 
     def cache(*overrides, hw=GPU):
         return build_grpo_kwargs(composed(*overrides), hw)["cache_implementation"]
@@ -168,6 +168,9 @@ def test_generation_cache_is_static_only_where_it_was_measured(monkeypatch):
     assert cache() == "static"
     assert cache(hw=CPU) is None
     assert cache("model.lora.enabled=true") is None
+    assert cache("tools=python") is None and cache("env=feedback") is None  # rollouts of several turns
+    assert cache("++grpo.torch_compile=true") is None and cache("++grpo.fp16=true") is None
+    assert cache("++grpo.deepspeed=config/ds.json") is None  # a DeepSpeed run started without accelerate
     assert cache(hw=Hardware(gpu=True, bf16=True, world_size=2)) is None
     assert cache("grpo.cache_implementation=dynamic") == "dynamic"
     assert cache("grpo.cache_implementation=static", hw=CPU) == "static"

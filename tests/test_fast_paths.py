@@ -309,12 +309,24 @@ def test_a_static_cache_asked_for_is_made_once_and_generates_what_the_default_ca
     assert {layer.keys.dtype for layer in used[0].layers} == {torch.bfloat16}
     assert config.cache_implementation == "static"  # the caller's config is left as it was
 
+    # One cache a row count, replaced only by a longer one: 120 new tokens need 256 positions, then 20 fit
+    longer = GenerationConfig(**{**greedy, "max_new_tokens": 120}, cache_implementation="static")
+    with torch.no_grad():
+        fast.generate(**enc, generation_config=longer)
+        assert torch.equal(fast.generate(**enc, generation_config=config), expected)
+        # keywords alone (no config), 3 samples a prompt: 12 rows, another cache
+        sampled = fast.generate(
+            **enc, **{**greedy, "do_sample": True}, num_return_sequences=3, cache_implementation="static"
+        )
+    assert made == [128, 256, 128] and sampled.shape[0] == 12
+    assert used[-1].layers[0].keys.shape[0] == 12
+
 
 def test_a_static_cache_the_recipe_cannot_hold_falls_back_to_the_dynamic_one_and_says_so(
     tokenizer, monkeypatch, caplog
 ):
     """Layers of another kind (sliding windows, ...): transformers' own static cache would fail under autocast
-    as above, so the default dynamic cache generates, with one warning."""
+    as above, so generate falls back to its default cache, with one warning."""
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
     from transformers import GenerationConfig, cache_utils
@@ -343,7 +355,7 @@ def test_a_static_cache_the_recipe_cannot_hold_falls_back_to_the_dynamic_one_and
     said = [r.message for r in caplog.records if "cache_implementation=static" in r.message]
     expected_line = (
         "grpo.cache_implementation=static: LlamaForCausalLM has layers of another kind (sliding windows, "
-        "...), which the recipe's static cache does not hold: generating with the dynamic cache"
+        "...), which the recipe's static cache does not hold: generating with the default cache"
     )
     assert said == [expected_line]
 

@@ -59,8 +59,8 @@ class GRPO(RecipeGRPOFields):
     bf16: Any = knob(None, OPT_BOOL, "null: bf16 where the hardware computes it")
     cache_implementation: Any = knob(
         None,
-        Choice("static", "dynamic", "offloaded", "offloaded_static", "quantized", optional=True),
-        "generation's KV cache (null: static, its decoding step compiled, on one GPU; dynamic elsewhere)",
+        Choice("static", "dynamic", "offloaded", "quantized", optional=True),
+        "generation's KV cache (null: on one GPU static, its decoding step compiled; elsewhere the default)",
         resume=True,
     )
     logging_steps: float = knob(1, Float(above=0), "log every N steps", resume=True)

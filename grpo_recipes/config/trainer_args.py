@@ -20,7 +20,13 @@ from grpo_recipes.config.checks import check_batch
 from grpo_recipes.config.grpo_knobs import RecipeGRPOFields
 from grpo_recipes.config.knobs import SCHEMA
 from grpo_recipes.config.values import show
-from grpo_recipes.models.hardware import Hardware, apply_hardware, check_generation_cast, detect_hardware
+from grpo_recipes.models.hardware import (
+    Hardware,
+    apply_hardware,
+    check_generation_cast,
+    default_generation_cache,
+    detect_hardware,
+)
 
 # Top-level knobs that are GRPOConfig fields: `python train_grpo.py max_steps=100`.
 COMMON_KNOBS = ("max_steps", "learning_rate", "seed", "run_name", "output_dir", "report_to", "use_vllm")
@@ -49,7 +55,9 @@ def build_grpo_kwargs(
     if isinstance(grpo.get("report_to"), str):
         grpo["report_to"] = [grpo["report_to"]]
 
-    apply_hardware(grpo, hw, lora=cfg["model"]["lora"]["enabled"])
+    apply_hardware(grpo, hw)
+    multi_turn = bool(cfg["tools"]["names"]) or cfg["env"]["name"] is not None
+    default_generation_cache(grpo, hw, cfg["model"]["lora"]["enabled"], multi_turn)
     check_batch(grpo, hw.world_size)
     if reward_weights is not None:
         if grpo.get("reward_weights") is not None:

@@ -112,7 +112,7 @@ def resolve_activation_checkpointing(grpo: dict, model, hw: Hardware, lora: bool
     return bool(grpo["activation_checkpointing"])
 
 
-def apply_hardware(grpo: dict[str, Any], hw: Hardware, lora: bool = False) -> None:
+def apply_hardware(grpo: dict[str, Any], hw: Hardware) -> None:
     if grpo.get("use_vllm"):
         if not hw.gpu:
             raise ConfigError(
@@ -131,13 +131,23 @@ def apply_hardware(grpo: dict[str, Any], hw: Hardware, lora: bool = False) -> No
         grpo["bf16"] = hw.bf16 and not grpo.get("fp16")
     if hw.gpu and grpo.get("use_cpu"):  # a GPU machine told to train on its CPU
         grpo["bf16"] = False
-    if grpo.get("cache_implementation") is None:
-        # A static cache lets transformers compile the decoding step into CUDA graphs (fast_generation.py):
-        # the default step 2.7x faster on an H200 (benchmarks/RESULTS.md). Measured with one process training
-        # all the weights; sharded, LoRA and vLLM runs keep TRL's dynamic cache. On a CPU the recipe's own
-        # cache is faster.
-        one_gpu = hw.gpu and not grpo.get("use_cpu") and hw.world_size == 1 and launched_engine() is None
-        grpo["cache_implementation"] = "static" if one_gpu and not lora and not grpo.get("use_vllm") else None
+
+
+# GRPOConfig fields that, when set, change what generates or how: such runs were not measured with a static
+# cache (benchmarks/RESULTS.md, "A static KV cache with a compiled decoding step") and keep TRL's default
+UNMEASURED_WITH_STATIC_CACHE = ("use_cpu", "use_vllm", "fp16", "deepspeed", "fsdp", "torch_compile")
+
+
+def default_generation_cache(grpo: dict[str, Any], hw: Hardware, lora: bool, multi_turn: bool) -> None:
+    """`grpo.cache_implementation: null` -> `static` where it was measured: one process training every weight
+    on one GPU under bf16 autocast, one turn a rollout. transformers then compiles the decoding step into CUDA
+    graphs on the recipe's cache (train/fast_generation.py): the default step 2.7x faster on an H200. Else
+    TRL's default; on a CPU the recipe's own prefilled cache is the faster one."""
+    if grpo.get("cache_implementation") is not None:
+        return
+    measured = hw.gpu and hw.world_size == 1 and launched_engine() is None and grpo.get("bf16") is True
+    measured &= not (lora or multi_turn or any(grpo.get(key) for key in UNMEASURED_WITH_STATIC_CACHE))
+    grpo["cache_implementation"] = "static" if measured else None
 
 
 def check_engine(gpu: bool, env: Mapping[str, str] = os.environ) -> None:

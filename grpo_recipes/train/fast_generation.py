@@ -7,6 +7,7 @@ autocast (tests/test_fast_paths.py)."""
 
 import contextlib
 import contextvars
+import copy
 import functools
 import logging
 
@@ -227,32 +228,47 @@ def shared_prompt_cache(model, kwargs: dict, length: int):
 CACHE_LENGTH_STEP = 128  # static caches come in multiples of this: a few sizes, each compiled once
 
 
-def reused_static_cache(model, caches: dict, kwargs: dict, config):
-    """The StaticCache for a `generate` that asks for one (grpo.cache_implementation=static): rows x length,
-    the length rounded up to CACHE_LENGTH_STEP, kept in `caches` and reset for each call. The same tensors at
-    every call let a compiled decoding step replay its CUDA graphs instead of recording new ones. Keys and
-    values are kept in the values' dtype: under autocast a Llama's rotated keys come out fp32 (its rotary
-    tables follow the fp32 embeddings) and its values bf16, which transformers' StaticLayer cannot store; SDPA
-    casts them to bf16 all the same. None where the model's static cache has other kinds of layers."""
-    from transformers.cache_utils import StaticCache, StaticLayer
+def static_cache_shape(kwargs: dict, config) -> tuple[int, int]:
+    """(rows, positions) a `generate` call's static cache needs: the rows it decodes (beams or samples a
+    prompt, as transformers counts them) and its prompt plus new tokens, rounded up to CACHE_LENGTH_STEP."""
+    new_tokens = kwargs.get("max_new_tokens", config.max_new_tokens)
+    ids = kwargs["input_ids"]
+    need = ids.size(1) + new_tokens if new_tokens is not None else kwargs.get("max_length", config.max_length)
+    per_prompt = max(kwargs.get("num_beams", config.num_beams) or 1, sequences_per_prompt(kwargs))
+    return len(ids) * per_prompt, -(-need // CACHE_LENGTH_STEP) * CACHE_LENGTH_STEP
+
+
+@functools.cache
+def one_dtype_layer():
+    """transformers' StaticLayer keeping keys and values in the values' dtype: under autocast a Llama's
+    rotated keys come out fp32 (its rotary tables follow the fp32 embeddings) and its values bf16, and
+    StaticLayer allocates both as the keys, then cannot store the values. SDPA casts keys to bf16 anyway."""
+    from transformers.cache_utils import StaticLayer
 
     class OneDtypeLayer(StaticLayer):
         def update(self, key_states, value_states, *args, **kwargs):
             dtype = self.dtype if self.is_initialized else value_states.dtype
             return super().update(key_states.to(dtype), value_states.to(dtype), *args, **kwargs)
 
-    ids = kwargs["input_ids"]
-    new_tokens = kwargs.get("max_new_tokens", config.max_new_tokens)
-    need = ids.size(1) + new_tokens if new_tokens is not None else kwargs.get("max_length", config.max_length)
-    key = (len(ids) * sequences_per_prompt(kwargs), -(-need // CACHE_LENGTH_STEP) * CACHE_LENGTH_STEP)
-    if key not in caches:
-        cache = StaticCache(config=model.config, max_cache_len=key[1])
+    return OneDtypeLayer
+
+
+def reused_static_cache(model, caches: dict, kwargs: dict, config):
+    """The static cache for a `generate` that asks for one (grpo.cache_implementation=static), reset: one per
+    row count in `caches`, replaced only by a longer one. The same tensors at every call let a compiled
+    decoding step replay its CUDA graphs instead of recording new ones. None where the model's static cache
+    has other kinds of layers (sliding windows, ...)."""
+    from transformers.cache_utils import StaticCache, StaticLayer
+
+    rows, length = static_cache_shape(kwargs, config)
+    if rows not in caches or caches[rows].layers[0].max_cache_len < length:
+        cache = StaticCache(config=model.config, max_cache_len=length)
         if not all(type(layer) is StaticLayer for layer in cache.layers):
             return None
-        cache.layers = [OneDtypeLayer(max_cache_len=key[1]) for _ in cache.layers]
-        caches[key] = cache
-    caches[key].reset()
-    return caches[key]
+        cache.layers = [one_dtype_layer()(max_cache_len=length) for _ in cache.layers]
+        caches[rows] = cache
+    caches[rows].reset()
+    return caches[rows]
 
 
 def static_generation(model, caches: dict, kwargs: dict, config) -> None:
@@ -260,9 +276,8 @@ def static_generation(model, caches: dict, kwargs: dict, config) -> None:
     compile of the decoding step (inductor and CUDA graphs: a launch or so a token, where eager launches ~25
     kernels a layer), which TRL's generation config turns off (`disable_compile`). On a CPU transformers does
     not compile it: the static cache alone, and the recipe's prefill of each distinct prompt is skipped.
-    Where the model's layers need another kind of static cache, the default dynamic cache, said once."""
-    import copy
-
+    Where the model's layers need another kind of static cache, the cache generate makes by default, said
+    once."""
     cache = reused_static_cache(model, caches, kwargs, config)
     if cache is None:
         dynamic_instead(type(model).__name__)
@@ -272,6 +287,7 @@ def static_generation(model, caches: dict, kwargs: dict, config) -> None:
         kwargs["generation_config"] = copy.deepcopy(config)
         for name, value in asked.items():
             setattr(kwargs["generation_config"], name, value)
+            kwargs.pop(name, None)  # a keyword beside the config would win over it
     else:
         kwargs.update(asked)
     if cache is not None:
@@ -282,7 +298,7 @@ def static_generation(model, caches: dict, kwargs: dict, config) -> None:
 def dynamic_instead(model_name: str) -> None:
     log.warning(
         "grpo.cache_implementation=static: %s has layers of another kind (sliding windows, ...), which the "
-        "recipe's static cache does not hold: generating with the dynamic cache",
+        "recipe's static cache does not hold: generating with the default cache",
         model_name,
     )
 
@@ -293,7 +309,7 @@ def static_cache_generation(model) -> str:
     autocast. Installed over fast_generate, which then finds the cache given. Returns what it does here."""
     generate = model.generate
     if not getattr(generate, "_static", False):
-        caches = {}  # (rows, length) -> StaticCache, reused
+        caches = {}  # rows -> StaticCache, reused
 
         @functools.wraps(generate)
         def static_generate(*args, **kwargs):
@@ -331,7 +347,9 @@ def fast_generation(model, accelerator) -> str:
             rows = len(ids) * sequences_per_prompt(kwargs) if pack else 0  # one token a decoded sequence
             config = kwargs.get("generation_config") or model.generation_config
             sampling = SAMPLING.set(bool(kwargs.get("do_sample", config.do_sample)))
-            asked = kwargs.get("cache_implementation", config.cache_implementation)  # transformers' to make
+            # a cache asked for by name (other than the recipe's static one) is transformers' to make: given
+            # a cache too, generate refuses
+            asked = kwargs.get("cache_implementation", config.cache_implementation)
             try:
                 with accelerator.autocast(), packed_linears(model, rows=rows):
                     # the prefill runs on the bf16 copies
