@@ -11,6 +11,7 @@ from grpo_common.errors import ConfigError
 from grpo_recipes.models.tiny import tiny_model, tiny_tokenizer
 from grpo_recipes.train import fast_generation, fast_paths
 from grpo_recipes.train.fast_paths import completion_logprob_head
+from grpo_recipes.train.static_cache import static_cache_generation
 
 
 @pytest.fixture(scope="module")
@@ -283,7 +284,7 @@ def test_a_static_cache_asked_for_is_made_once_and_generates_what_the_default_ca
     fast = copy.deepcopy(plain)
     accelerator = Accelerator(cpu=True, mixed_precision="bf16")
     fast_generation.fast_generation(fast, accelerator)
-    fast_generation.static_cache_generation(fast)  # as fast_paths.apply installs it, over fast_generate
+    static_cache_generation(fast)  # as fast_paths.apply installs it, over fast_generate
     made, used = [], []
 
     class Counted(cache_utils.StaticCache):
@@ -338,12 +339,11 @@ def test_a_static_cache_the_recipe_cannot_hold_falls_back_to_the_dynamic_one_and
 
     AcceleratorState._reset_state(reset_partial_state=True)
     monkeypatch.setattr(cache_utils, "StaticCache", Sliding)
-    fast_generation.dynamic_instead.cache_clear()
     plain = tiny_model(tokenizer, seed=2, hidden_size=64)
     fast = copy.deepcopy(plain)
     accelerator = Accelerator(cpu=True, mixed_precision="bf16")
     fast_generation.fast_generation(fast, accelerator)
-    fast_generation.static_cache_generation(fast)
+    static_cache_generation(fast)
     enc = tokenizer(["9", "<|im_start|>assistant\n"], return_tensors="pt", padding=True, padding_side="left")
     greedy = {"max_new_tokens": 8, "do_sample": False, "pad_token_id": tokenizer.pad_token_id}
     config = GenerationConfig(**greedy, cache_implementation="static", disable_compile=True)
@@ -679,8 +679,13 @@ def test_a_static_cache_asked_for_is_installed_with_the_fast_paths_off_and_a_ste
     assert getattr(trainer.model.generate, "_static", False) and not getattr(
         trainer.model.generate, "_fast", 0
     )
+    caches = []  # the cache each model pass of the step's generation got
+    trainer.model.get_decoder().register_forward_pre_hook(
+        lambda m, a, kw: caches.append(type(kw.get("past_key_values")).__name__), with_kwargs=True
+    )
     trainer.train()
     assert trainer.state.global_step == 1
+    assert "StaticCache" in caches  # TRL's generate ran on the recipe's cache
 
 
 def test_compiled_layers_match_eager_within_bf16_rounding(tokenizer):

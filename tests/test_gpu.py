@@ -106,6 +106,7 @@ def test_a_static_cache_compiles_the_decoding_step_on_a_gpu():
 
     from grpo_recipes.models.tiny import tiny_model, tiny_tokenizer
     from grpo_recipes.train import fast_generation
+    from grpo_recipes.train.static_cache import static_cache_generation
 
     AcceleratorState._reset_state(reset_partial_state=True)
     tokenizer = tiny_tokenizer()
@@ -113,7 +114,7 @@ def test_a_static_cache_compiles_the_decoding_step_on_a_gpu():
     fast = copy.deepcopy(plain)
     accelerator = Accelerator(mixed_precision="bf16")
     fast_generation.fast_generation(fast, accelerator)
-    fast_generation.static_cache_generation(fast)
+    static_cache_generation(fast)
     enc = tokenizer(
         ["<|im_start|>user\n12+7?<|im_end|>\n", "9"] * 4,
         return_tensors="pt",

@@ -141,7 +141,7 @@ UNMEASURED_WITH_STATIC_CACHE = ("use_cpu", "use_vllm", "fp16", "deepspeed", "fsd
 def default_generation_cache(grpo: dict[str, Any], hw: Hardware, lora: bool, multi_turn: bool) -> None:
     """`grpo.cache_implementation: null` -> `static` where it was measured: one process training every weight
     on one GPU under bf16 autocast, one turn a rollout. transformers then compiles the decoding step into CUDA
-    graphs on the recipe's cache (train/fast_generation.py): the default step 2.7x faster on an H200. Else
+    graphs on the recipe's cache (train/static_cache.py): the default step 2.7x faster on an H200. Else
     TRL's default; on a CPU the recipe's own prefilled cache is the faster one."""
     if grpo.get("cache_implementation") is not None:
         return

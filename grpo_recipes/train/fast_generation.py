@@ -7,11 +7,7 @@ autocast (tests/test_fast_paths.py)."""
 
 import contextlib
 import contextvars
-import copy
 import functools
-import logging
-
-log = logging.getLogger("grpo_recipes")
 
 # True while `generate` samples (set by fast_generate): its decoding passes may attend with decode_attention.
 SAMPLING = contextvars.ContextVar("grpo_recipes_sampling", default=False)
@@ -225,111 +221,6 @@ def shared_prompt_cache(model, kwargs: dict, length: int):
     return cache if fill_distinct_prefixes(model, cache, kwargs, length, numbered=False) else None
 
 
-CACHE_LENGTH_STEP = 128  # static caches come in multiples of this: a few sizes, each compiled once
-
-
-def static_cache_shape(kwargs: dict, config) -> tuple[int, int]:
-    """(rows, positions) a `generate` call's static cache needs: the rows it decodes (beams or samples a
-    prompt, as transformers counts them) and its prompt plus new tokens, rounded up to CACHE_LENGTH_STEP."""
-    new_tokens = kwargs.get("max_new_tokens", config.max_new_tokens)
-    ids = kwargs["input_ids"]
-    need = ids.size(1) + new_tokens if new_tokens is not None else kwargs.get("max_length", config.max_length)
-    per_prompt = max(kwargs.get("num_beams", config.num_beams) or 1, sequences_per_prompt(kwargs))
-    return len(ids) * per_prompt, -(-need // CACHE_LENGTH_STEP) * CACHE_LENGTH_STEP
-
-
-@functools.cache
-def one_dtype_layer():
-    """transformers' StaticLayer keeping keys and values in the values' dtype: under autocast a Llama's
-    rotated keys come out fp32 (its rotary tables follow the fp32 embeddings) and its values bf16, and
-    StaticLayer allocates both as the keys, then cannot store the values. SDPA casts keys to bf16 anyway."""
-    from transformers.cache_utils import StaticLayer
-
-    class OneDtypeLayer(StaticLayer):
-        def update(self, key_states, value_states, *args, **kwargs):
-            dtype = self.dtype if self.is_initialized else value_states.dtype
-            return super().update(key_states.to(dtype), value_states.to(dtype), *args, **kwargs)
-
-    return OneDtypeLayer
-
-
-def reused_static_cache(model, caches: dict, kwargs: dict, config):
-    """The static cache for a `generate` that asks for one (grpo.cache_implementation=static), reset: one per
-    row count in `caches`, replaced only by a longer one. The same tensors at every call let a compiled
-    decoding step replay its CUDA graphs instead of recording new ones. None where the model's static cache
-    has other kinds of layers (sliding windows, ...)."""
-    from transformers.cache_utils import StaticCache, StaticLayer
-
-    rows, length = static_cache_shape(kwargs, config)
-    if rows not in caches or caches[rows].layers[0].max_cache_len < length:
-        cache = StaticCache(config=model.config, max_cache_len=length)
-        if not all(type(layer) is StaticLayer for layer in cache.layers):
-            return None
-        cache.layers = [one_dtype_layer()(max_cache_len=length) for _ in cache.layers]
-        caches[rows] = cache
-    caches[rows].reset()
-    return caches[rows]
-
-
-def static_generation(model, caches: dict, kwargs: dict, config) -> None:
-    """Generate on a reused static cache where the caller asked for one; on a GPU with transformers' own
-    compile of the decoding step (inductor and CUDA graphs: a launch or so a token, where eager launches ~25
-    kernels a layer), which TRL's generation config turns off (`disable_compile`). On a CPU transformers does
-    not compile it: the static cache alone, and the recipe's prefill of each distinct prompt is skipped.
-    Where the model's layers need another kind of static cache, the cache generate makes by default, said
-    once."""
-    cache = reused_static_cache(model, caches, kwargs, config)
-    if cache is None:
-        dynamic_instead(type(model).__name__)
-    compiled = cache is not None and model.device.type == "cuda"
-    asked = {"cache_implementation": None} | ({"disable_compile": False} if compiled else {})
-    if "generation_config" in kwargs:  # TRL's: asked on a copy (kwargs beside a config are deprecated)
-        kwargs["generation_config"] = copy.deepcopy(config)
-        for name, value in asked.items():
-            setattr(kwargs["generation_config"], name, value)
-            kwargs.pop(name, None)  # a keyword beside the config would win over it
-    else:
-        kwargs.update(asked)
-    if cache is not None:
-        kwargs["past_key_values"] = cache
-
-
-@functools.cache  # once a model class
-def dynamic_instead(model_name: str) -> None:
-    log.warning(
-        "grpo.cache_implementation=static: %s has layers of another kind (sliding windows, ...), which the "
-        "recipe's static cache does not hold: generating with the default cache",
-        model_name,
-    )
-
-
-def static_cache_generation(model) -> str:
-    """Make `model.generate` calls that ask for a static cache (TRL passes grpo.cache_implementation) run on
-    the recipe's (static_generation), whether or not the fast paths are on: transformers' own fails under
-    autocast. Installed over fast_generate, which then finds the cache given. Returns what it does here."""
-    generate = model.generate
-    if not getattr(generate, "_static", False):
-        caches = {}  # rows -> StaticCache, reused
-
-        @functools.wraps(generate)
-        def static_generate(*args, **kwargs):
-            config = kwargs.get("generation_config") or model.generation_config
-            asked = kwargs.get("cache_implementation", config.cache_implementation)
-            if (
-                asked == "static"
-                and kwargs.get("input_ids") is not None
-                and kwargs.get("past_key_values") is None
-            ):
-                static_generation(model, caches, kwargs, config)
-            return generate(*args, **kwargs)
-
-        static_generate._static = True
-        model.generate = static_generate
-    if model.device.type == "cuda":
-        return "a static KV cache reused, its decoding step compiled (CUDA graphs)"
-    return "a static KV cache (not compiled on a CPU; each distinct prompt's own prefill off)"
-
-
 def fast_generation(model, accelerator) -> str:
     """Run `model.generate` inside one autocast context (leaving it, as accelerate does after each forward,
     drops its bf16 weight copies) and, on a CPU, on packed weights with the prefilled bf16 cache. Returns
@@ -347,8 +238,8 @@ def fast_generation(model, accelerator) -> str:
             rows = len(ids) * sequences_per_prompt(kwargs) if pack else 0  # one token a decoded sequence
             config = kwargs.get("generation_config") or model.generation_config
             sampling = SAMPLING.set(bool(kwargs.get("do_sample", config.do_sample)))
-            # a cache asked for by name (other than the recipe's static one) is transformers' to make: given
-            # a cache too, generate refuses
+            # a cache asked for by name is transformers' to make (static_cache.py's arrives made): given
+            # one more, generate refuses
             asked = kwargs.get("cache_implementation", config.cache_implementation)
             try:
                 with accelerator.autocast(), packed_linears(model, rows=rows):

@@ -15,8 +15,8 @@ from grpo_recipes.train.fast_generation import (
     packed_weights_off,
     recipe_attention,
     shared_prompt_cache,
-    static_cache_generation,
 )
+from grpo_recipes.train.static_cache import static_cache_generation
 
 TESTED_TRL = ("1.16.0",)
 
