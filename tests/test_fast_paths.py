@@ -204,6 +204,9 @@ def test_generation_is_unchanged(tokenizer, rows):
     assert got.shape[1] > enc["input_ids"].shape[1] + 64  # past the cache's first buffer
     assert torch.equal(got, expected)
     assert not any("forward" in vars(m) for m in fast.modules() if type(m) is torch.nn.Linear)  # unpacked
+    # generated in inference mode, returned as a normal tensor: a training pass may save it for its backward
+    assert not got.is_inference()
+    fast(input_ids=got).logits.float().logsumexp(-1).mean().backward()
 
 
 def test_sampled_generation_of_several_sequences_a_prompt_decodes_on_packed_weights(tokenizer, monkeypatch):
@@ -426,7 +429,7 @@ def test_buffered_cache_keeps_what_dynamic_cache_keeps(tokenizer):
 
 def test_decode_attention_is_sdpas_within_bf16_rounding():
     """One query a sequence over grouped key/value heads and left padding: SDPA's output, layout and all,
-    within bf16 rounding (SDPA's CPU kernel also scores in fp32 and weighs the values in bf16)."""
+    within bf16 rounding (SDPA's CPU kernel scores in fp32, decode_attention in bf16 as autocast ran it)."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     module = torch.nn.Module()

@@ -57,21 +57,22 @@ def packed_linears(model, rows: int):
 
 
 def decode_attention(module, query, key, value, attention_mask, scaling=None, **kwargs):
-    """Attention for one query a sequence (a decoding pass), as SDPA computes it up to rounding: two small
-    matmuls on the key/value heads, the scores in fp32 and the values weighed by bf16 probabilities, as SDPA's
-    CPU flash kernel does. That kernel takes ~0.5 ms a layer at the default step's 16 rows, this ~0.15 ms
-    (benchmarks/RESULTS.md). Used only where `generate` samples: another kernel breaks greedy argmax ties
-    differently, and greedy outputs stay token-identical to plain `generate`. Returns (output (batch, 1,
-    heads, head dim), None), as SDPA's does."""
+    """Attention for one query a sequence (a decoding pass) as two small matmuls on the key/value heads, in
+    the inputs' dtype (bf16 under the generation's autocast, which computed an fp32 formulation in bf16
+    too): SDPA's output within bf16 rounding, its CPU flash kernel keeping the scores in fp32. That kernel
+    takes ~0.5 ms a layer at the default step's 16 rows, this ~0.1 ms (benchmarks/RESULTS.md). Used only
+    where `generate` samples: another kernel breaks greedy argmax ties differently, and greedy outputs stay
+    token-identical to plain `generate`. Returns (output (batch, 1, heads, head dim), None), as SDPA's
+    does."""
     import torch
 
     batch, heads, _, dim = query.shape
-    q = query.reshape(batch, key.shape[1], heads // key.shape[1], dim).float()  # query heads by key head
-    scores = torch.matmul(q, key.float().transpose(-1, -2)).mul_(dim**-0.5 if scaling is None else scaling)
+    q = query.view(batch, key.shape[1], heads // key.shape[1], dim)  # query heads by key head
+    scores = torch.matmul(q, key.transpose(-1, -2)).mul_(dim**-0.5 if scaling is None else scaling)
     if attention_mask is not None:  # boolean (batch, 1, 1, kv length): True where a position is attended
-        scores.masked_fill_(~attention_mask[:, :, -1:, :], float("-inf"))
-    out = torch.matmul(scores.softmax(-1).to(value.dtype), value)  # bf16 probabilities, as SDPA's kernel
-    return out.reshape(batch, heads, 1, value.shape[-1]).transpose(1, 2).contiguous(), None
+        scores.masked_fill_(attention_mask[:, :, -1:, :].logical_not(), float("-inf"))
+    out = torch.matmul(scores.softmax(-1), value)
+    return out.view(batch, heads, 1, value.shape[-1]).transpose(1, 2), None
 
 
 RECIPE_ATTENTION = "sdpa, eager with gradients, matmuls in sampled decoding"  # recipe_attention's name
@@ -221,13 +222,33 @@ def shared_prompt_cache(model, kwargs: dict, length: int):
     return cache if fill_distinct_prefixes(model, cache, kwargs, length, numbered=False) else None
 
 
+def normal_tensors(out):
+    """`generate`'s output (ids, or a ModelOutput of tensors and tuples of them) made in inference mode, as
+    normal tensors: autograd may save them for a backward (inference tensors it refuses)."""
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return out.clone() if out.is_inference() else out
+    if isinstance(out, tuple | list):
+        return type(out)(normal_tensors(x) for x in out)
+    if isinstance(out, dict):  # ModelOutput: its fields set again, in place
+        for key, value in out.items():
+            out[key] = normal_tensors(value)
+    return out
+
+
 def fast_generation(model, accelerator) -> str:
     """Run `model.generate` inside one autocast context (leaving it, as accelerate does after each forward,
     drops its bf16 weight copies) and, on a CPU, on packed weights with the prefilled bf16 cache. Returns
     what was installed."""
     if accelerator.mixed_precision == "no":
         return "generation under one autocast context off: fp32, no weight is cast"
+    import torch
+
     why_not_packed = packed_weights_off(accelerator)
+    # On a CPU generate runs in inference mode: bit for bit no_grad's tokens, ~10 % less time a decoding pass
+    # (no autograd bookkeeping on ~2,000 small ops); its outputs are copied out as normal tensors.
+    on_cpu = accelerator.device.type == "cpu"
     generate = model.generate
     if not getattr(generate, "_fast", False):
 
@@ -241,15 +262,18 @@ def fast_generation(model, accelerator) -> str:
             # a cache asked for by name is transformers' to make (static_cache.py's arrives made): given
             # one more, generate refuses
             asked = kwargs.get("cache_implementation", config.cache_implementation)
+            # a cache handed in (static_cache.py's) outlives the call: its tensors stay normal ones
+            inference = torch.inference_mode(on_cpu and kwargs.get("past_key_values") is None)
             try:
-                with accelerator.autocast(), packed_linears(model, rows=rows):
+                with accelerator.autocast(), packed_linears(model, rows=rows), inference:
                     # the prefill runs on the bf16 copies
                     own_cache = pack and not asked and kwargs.get("use_cache", True)
                     if own_cache and kwargs.get("past_key_values") is None:
                         kwargs["past_key_values"] = prefilled_cache(model, kwargs)
-                    return generate(*args, **kwargs)
+                    out = generate(*args, **kwargs)
             finally:
                 SAMPLING.reset(sampling)
+            return normal_tensors(out)
 
         fast_generate._fast = True
         model.generate = fast_generate

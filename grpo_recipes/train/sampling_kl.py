@@ -137,7 +137,8 @@ class SamplingKLTrainer(WholeCheckpoints, GRPOTrainer):
         if logprobs is not None:  # vLLM's; a token it could not score is None
             rows = [torch.tensor([float("nan") if x is None else x for x in row]) for row in logprobs]
         elif self._recorded is not None:
-            rows = [row[: len(ids)] for row, ids in zip(self._recorded, completion_ids, strict=True)]
+            recorded = self._recorded.clone()  # made in generate's inference mode (fast_generation.py)
+            rows = [row[: len(ids)] for row, ids in zip(recorded, completion_ids, strict=True)]
         elif not self._said_why_not:
             self._said_why_not = True
             log.info(
