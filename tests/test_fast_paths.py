@@ -587,8 +587,8 @@ def grpo_trainer(tokenizer, tmp_path, **config):
     )
 
 
-def test_apply_installs_what_fits_the_trainer(tokenizer, tmp_path):
-
+def test_apply_installs_what_fits_the_trainer(tokenizer, tmp_path, monkeypatch):
+    monkeypatch.setattr(fast_paths, "matmuls_faster_at_one_query", lambda model: True)  # as on an AMD EPYC
     trainer = grpo_trainer(tokenizer, tmp_path)
     assert fast_paths.install(trainer) == [
         "generation under one autocast context, on packed bf16 weights",
@@ -610,6 +610,21 @@ def test_apply_installs_what_fits_the_trainer(tokenizer, tmp_path):
     ]  # each speed-up that cannot apply says why
     # A model TRL did not patch is left alone.
     assert fast_paths.completion_logprob_head(tiny_model(tokenizer), temperature=1.0) is False
+
+
+def test_sampled_decoding_attends_with_the_faster_kernel_here(tokenizer, tmp_path, monkeypatch):
+    """Which of SDPA and decode_attention is faster at one query depends on the CPU: timed once at install,
+    on the model's heads, and the log line says which decodes; where SDPA wins, decode_attention never
+    runs."""
+    assert fast_generation.matmuls_faster_at_one_query(tiny_model(tokenizer)) in (True, False)
+    monkeypatch.setattr(fast_paths, "matmuls_faster_at_one_query", lambda model: False)  # as on a Xeon
+    trainer = grpo_trainer(tokenizer, tmp_path)
+    line = "eager attention with gradients, SDPA (faster here than matmuls) in sampled decoding"
+    assert fast_paths.install(trainer)[3] == line
+    monkeypatch.setattr(fast_generation, "decode_attention", lambda *a, **kw: pytest.fail("matmuls ran"))
+    enc = tokenizer(["12+7?", "9"], return_tensors="pt", padding=True, padding_side="left")
+    with torch.no_grad():
+        trainer.model.generate(**enc, do_sample=True, max_new_tokens=4, pad_token_id=tokenizer.pad_token_id)
 
 
 def test_a_fast_path_that_cannot_apply_says_why(tokenizer, tmp_path):

@@ -75,7 +75,41 @@ def decode_attention(module, query, key, value, attention_mask, scaling=None, **
     return out.view(batch, heads, 1, value.shape[-1]).transpose(1, 2), None
 
 
-RECIPE_ATTENTION = "sdpa, eager with gradients, matmuls in sampled decoding"  # recipe_attention's name
+def matmuls_faster_at_one_query(model) -> bool:
+    """Whether decode_attention beats SDPA's CPU kernel at one query a sequence here, timed once on the
+    model's heads (16 rows over 64 positions of a 128-position cache buffer, as the default step decodes): it
+    depends on the CPU. A layer took SDPA ~0.5 ms and decode_attention ~0.15 ms on an AMD EPYC without AMX,
+    and ~0.07 and ~0.2 ms on an Intel Xeon with AMX (benchmarks/RESULTS.md)."""
+    import time
+
+    import torch
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    config = model.config.get_text_config()
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    module = torch.nn.Module()  # what sdpa_attention_forward reads of an attention layer
+    module.num_key_value_groups, module.is_causal = heads // kv_heads, True
+    query = torch.randn(16, heads, 1, dim, dtype=torch.bfloat16)
+    key, value = (torch.randn(16, kv_heads, 128, dim, dtype=torch.bfloat16)[:, :, :64] for _ in range(2))
+    mask = torch.ones(16, 1, 1, 64, dtype=torch.bool)
+
+    def seconds(kernel) -> float:  # the best of 3 rounds of 10 calls
+        kernel(module, query, key, value, mask)
+        rounds = []
+        for _ in range(3):
+            start = time.perf_counter()
+            for _ in range(10):
+                kernel(module, query, key, value, mask)
+            rounds.append(time.perf_counter() - start)
+        return min(rounds)
+
+    with torch.inference_mode():
+        return seconds(decode_attention) < seconds(sdpa_attention_forward)
+
+
+RECIPE_ATTENTION = "sdpa, eager with gradients"  # recipe_attention's name
 # What eager attention may keep for the backward (its probabilities, fp32 + bf16: 6 bytes a score), all
 # layers together, or one at a time under activation checkpointing; a longer batch attends with SDPA, whose
 # flash backward keeps none. At full length the default step keeps 0.16 GiB, experiment=gsm8k 1.3;
@@ -83,12 +117,12 @@ RECIPE_ATTENTION = "sdpa, eager with gradients, matmuls in sampled decoding"  # 
 EAGER_ATTENTION_BYTES = 2 * 2**30
 
 
-def recipe_attention(model) -> str | None:
+def recipe_attention(model, matmuls: bool = True) -> str | None:
     """Eager attention in passes with gradients whose attention weights fit EAGER_ATTENTION_BYTES (SDPA's CPU
-    flash backward is ~3x eager's), decode_attention in the decoding passes of a sampling `generate` (SDPA's
-    one-query kernel is ~3x its time), SDPA in the others (greedy generation, evals, reference log-probs,
-    long sequences); benchmarks/RESULTS.md. Registered through transformers' public attention and mask
-    interfaces, not saved with the config. Returns why it is off, or None."""
+    flash backward is ~3x eager's), with `matmuls` decode_attention in the decoding passes of a sampling
+    `generate` (where matmuls_faster_at_one_query), SDPA in the others (greedy generation, evals, reference
+    log-probs, long sequences); benchmarks/RESULTS.md. Registered through transformers' public attention and
+    mask interfaces, not saved with the config. Returns why it is off, or None."""
     import sys
 
     import torch
@@ -116,7 +150,7 @@ def recipe_attention(model) -> str | None:
         if attention_mask is not None and attention_mask.is_floating_point():
             return eager(module, query, key, value, attention_mask, **kwargs)
         plain = not kwargs.get("dropout") and kwargs.get("position_bias") is None
-        if query.shape[2] == 1 and plain and SAMPLING.get() and not torch.is_grad_enabled():
+        if matmuls and query.shape[2] == 1 and plain and SAMPLING.get() and not torch.is_grad_enabled():
             return decode_attention(module, query, key, value, attention_mask, **kwargs)
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
 

@@ -1,8 +1,9 @@
 """CPU speed-ups for GRPOTrainer (benchmarks/RESULTS.md, "The step against the machine's limit"): the fast
 generation of train/fast_generation.py; completion log-probs from the model's own logits, each distinct
-prompt once; eager attention where gradients flow, matmuls in sampled decoding; decoder layers compiled for
-the passes with gradients (`grpo.compile_layers`). The head stands in for a TRL internal, so
-`grpo.fast_paths: auto` installs them only on the TRL versions they were tested on (TESTED_TRL)."""
+prompt once; eager attention where gradients flow, matmuls in sampled decoding where faster here; decoder
+layers compiled for the passes with gradients (`grpo.compile_layers`). The head stands in for a TRL
+internal, so `grpo.fast_paths: auto` installs them only on the TRL versions they were tested on
+(TESTED_TRL)."""
 
 import functools
 import inspect
@@ -12,6 +13,7 @@ from grpo_common.errors import ConfigError
 from grpo_recipes.models.hardware import host_memory_bytes
 from grpo_recipes.train.fast_generation import (
     fast_generation,
+    matmuls_faster_at_one_query,
     packed_weights_off,
     recipe_attention,
     shared_prompt_cache,
@@ -257,7 +259,10 @@ def install(trainer, strict: bool = False) -> list[str]:
     unshared = "the completion-only head is off" if why else unshared
     installed.append(said("each distinct prompt once in the training passes", unshared))
     why = "SDPA's backward is fast on a GPU" if trainer.accelerator.device.type != "cpu" else None
-    why = why or recipe_attention(models[0])
-    installed.append(said("eager attention with gradients, matmuls in sampled decoding", why))
+    sdpa = why is None and models[0].config._attn_implementation == "sdpa"
+    matmuls = sdpa and matmuls_faster_at_one_query(models[0])
+    why = why or recipe_attention(models[0], matmuls=matmuls)
+    decoding = "SDPA (faster here than matmuls)" if sdpa and not matmuls else "matmuls"
+    installed.append(said(f"eager attention with gradients, {decoding} in sampled decoding", why))
     installed.append(said("decoder layers compiled for the training passes", not_compiled))
     return installed
