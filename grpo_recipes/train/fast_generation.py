@@ -1,9 +1,9 @@
 """Generation and attention on a CPU for GRPOTrainer and the fixed eval (benchmarks/RESULTS.md, "The step
-against the machine's limit"): one autocast context, bf16 weights packed once per `generate` for oneDNN's
-decode GEMMs, a bf16 KV cache in buffers, each distinct prompt prefilled once, in generation and (with
-gradients) in the training passes, and the recipe's attention (recipe_attention: eager with gradients,
-decode_attention in sampled decoding). Greedy outputs are token-identical to plain `generate` under
-autocast (tests/test_fast_paths.py)."""
+against the machine's limit"): one autocast context in inference mode, bf16 weights packed once per
+`generate` for oneDNN's decode GEMMs, a bf16 KV cache in buffers, each distinct prompt prefilled once, in
+generation and (with gradients) in the training passes, and the recipe's attention (recipe_attention: eager
+with gradients, decode_attention in sampled decoding where it is the faster kernel here). Greedy outputs are
+token-identical to plain `generate` under autocast (tests/test_fast_paths.py)."""
 
 import contextlib
 import contextvars
