@@ -616,7 +616,9 @@ def test_sampled_decoding_attends_with_the_faster_kernel_here(tokenizer, tmp_pat
     """Which of SDPA and decode_attention is faster at one query depends on the CPU: timed once at install,
     on the model's heads, and the log line says which decodes; where SDPA wins, decode_attention never
     runs."""
-    assert fast_generation.matmuls_faster_at_one_query(tiny_model(tokenizer)) in (True, False)
+    model, state = tiny_model(tokenizer), torch.get_rng_state()
+    assert fast_generation.matmuls_faster_at_one_query(model) in (True, False)
+    assert torch.equal(torch.get_rng_state(), state)  # the run's seeded draws are left as they were
     monkeypatch.setattr(fast_paths, "matmuls_faster_at_one_query", lambda model: False)  # as on a Xeon
     trainer = grpo_trainer(tokenizer, tmp_path)
     line = "eager attention with gradients, SDPA (faster here than matmuls) in sampled decoding"

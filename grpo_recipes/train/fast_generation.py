@@ -91,8 +91,9 @@ def matmuls_faster_at_one_query(model) -> bool:
     dim = getattr(config, "head_dim", None) or config.hidden_size // heads
     module = torch.nn.Module()  # what sdpa_attention_forward reads of an attention layer
     module.num_key_value_groups, module.is_causal = heads // kv_heads, True
-    query = torch.randn(16, heads, 1, dim, dtype=torch.bfloat16)
-    key, value = (torch.randn(16, kv_heads, 128, dim, dtype=torch.bfloat16)[:, :, :64] for _ in range(2))
+    rng = torch.Generator().manual_seed(0)  # its own: the run's seeded sampling draws as it would without
+    query = torch.randn(16, heads, 1, dim, generator=rng).bfloat16()
+    key, value = (torch.randn(16, kv_heads, 128, dim, generator=rng).bfloat16()[:, :, :64] for _ in range(2))
     mask = torch.ones(16, 1, 1, 64, dtype=torch.bool)
 
     def seconds(kernel) -> float:  # the best of 3 rounds of 10 calls
