@@ -59,11 +59,10 @@ def packed_linears(model, rows: int):
 def decode_attention(module, query, key, value, attention_mask, scaling=None, **kwargs):
     """Attention for one query a sequence (a decoding pass) as two small matmuls on the key/value heads, in
     the inputs' dtype (bf16 under the generation's autocast, which computed an fp32 formulation in bf16
-    too): SDPA's output within bf16 rounding, its CPU flash kernel keeping the scores in fp32. That kernel
-    takes ~0.5 ms a layer at the default step's 16 rows, this ~0.1 ms (benchmarks/RESULTS.md). Used only
-    where `generate` samples: another kernel breaks greedy argmax ties differently, and greedy outputs stay
-    token-identical to plain `generate`. Returns (output (batch, 1, heads, head dim), None), as SDPA's
-    does."""
+    too): SDPA's output within bf16 rounding, its CPU flash kernel keeping the scores in fp32. Which is
+    faster depends on the CPU (matmuls_faster_at_one_query). Used only where `generate` samples: another
+    kernel breaks greedy argmax ties differently, and greedy outputs stay token-identical to plain
+    `generate`. Returns (output (batch, 1, heads, head dim), None), as SDPA's does."""
     import torch
 
     batch, heads, _, dim = query.shape
