@@ -225,3 +225,42 @@ def test_a_bf16_run_trains_its_weights_with_the_rounding_adamw(tmp_path):
     moments = [s["exp_avg"] for s in state["state"].values()]
     assert moments and all(m.dtype == torch.bfloat16 for m in moments)
     assert read_jsonl(next(tmp_path.glob("*/metrics.jsonl")))[-1]["step"] == 2
+
+
+def test_a_gradient_scale_is_applied_as_the_gradients_are_read(path):
+    """The clipping factor folded into the step: the same update as stepping on gradients scaled first (by
+    0.5 here, exact in bf16), bit for bit, and for one step only."""
+    w0, grads = weights_and_gradients(n=4_096, steps=3)
+    scaled, prescaled = (torch.nn.Parameter(w0.bfloat16()) for _ in range(2))
+    opt_scaled, opt_prescaled = BF16AdamW([scaled], lr=LR, seed=1), BF16AdamW([prescaled], lr=LR, seed=1)
+    for g in grads:
+        scaled.grad, prescaled.grad = g.bfloat16(), (g * 0.5).bfloat16()
+        opt_scaled.grad_scale = 0.5
+        opt_scaled.step()
+        opt_prescaled.step()
+        assert opt_scaled.grad_scale == 1.0  # reset: the next step clips only if asked again
+    assert torch.equal(scaled, prescaled)
+
+
+def test_gradient_clipping_is_folded_into_the_step():
+    """In one process the trainer's accelerator.clip_grad_norm_ returns torch's total norm and leaves the
+    gradients as they are; the optimizer gets torch's clipping factor; another optimizer, or the log's
+    infinite max_norm, gets accelerate's clip."""
+    from accelerate import Accelerator
+
+    model = torch.nn.Linear(8, 8, dtype=torch.bfloat16)
+    for p in model.parameters():
+        p.grad = torch.full_like(p, 0.5)
+    optimizer = BF16AdamW(model.parameters(), lr=LR)
+    trainer = types.SimpleNamespace(accelerator=Accelerator(cpu=True), optimizer=optimizer)
+    assert bf16_adamw.fuse_gradient_clipping(trainer)
+    grads = [p.grad.clone() for p in model.parameters()]
+    norm = trainer.accelerator.clip_grad_norm_(model.parameters(), 1.0)
+    expected = torch.nn.utils.get_total_norm(grads)
+    assert torch.equal(norm, expected) and expected > 1
+    assert all(torch.equal(p.grad, g) for p, g in zip(model.parameters(), grads, strict=True))
+    assert optimizer.grad_scale == pytest.approx(1.0 / (expected.item() + 1e-6))
+    trainer.accelerator.clip_grad_norm_(model.parameters(), float("inf"))  # the norm for the log alone
+    trainer.optimizer = torch.optim.AdamW(model.parameters(), lr=LR)  # not ours: accelerate clips
+    trainer.accelerator.clip_grad_norm_(model.parameters(), 1.0)
+    assert all((p.grad < g).all() for p, g in zip(model.parameters(), grads, strict=True))

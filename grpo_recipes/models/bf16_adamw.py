@@ -41,9 +41,9 @@ __attribute__((target_clones("avx512f", "avx2", "default")))
 /* rest1 = 1 - b1 and rest2 = 1 - b2 come computed in double: 1 - 0.999f is 4.7e-5 off 0.001 */
 void adamw_bf16(uint16_t* p, const uint16_t* g, uint16_t* m, uint16_t* v, int64_t n, float b1,
                 float rest1, float b2, float rest2, float eps, float step_size, float bias2_sqrt,
-                float decay, uint32_t seed) {
+                float decay, float gscale, uint32_t seed) {
     for (int64_t i = 0; i < n; i++) {
-        float gi = bf16_to_f32(g[i]);
+        float gi = bf16_to_f32(g[i]) * gscale;  /* gscale: the gradient clipping's factor (1: none) */
         float mi = b1 * bf16_to_f32(m[i]) + rest1 * gi;
         float vi = b2 * bf16_to_f32(v[i]) + rest2 * gi * gi;
         float wi = bf16_to_f32(p[i]) * decay - step_size * mi / (__builtin_sqrtf(vi) / bias2_sqrt + eps);
@@ -86,7 +86,7 @@ def cpu_kernel() -> Callable[..., None] | str:
     except (OSError, AttributeError) as err:  # a damaged cache: the next run builds it again
         library.unlink(missing_ok=True)
         return f"cannot load {library.name}: {err}"
-    kernel.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] + [ctypes.c_float] * 8 + [ctypes.c_uint32]
+    kernel.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] + [ctypes.c_float] * 9 + [ctypes.c_uint32]
     kernel.restype = None
     return kernel
 
@@ -108,6 +108,7 @@ class BF16AdamW(torch.optim.Optimizer):
         super().__init__(
             params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay, "seed": seed}
         )
+        self.grad_scale = 1.0  # the next step's gradient clipping factor (fuse_gradient_clipping sets it)
 
     def __setstate__(self, state):  # load_state_dict's; torch casts the moments to the weights' dtype
         super().__setstate__(state)
@@ -117,6 +118,7 @@ class BF16AdamW(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self, closure=None):
         loss = None if closure is None else closure()
+        scale, self.grad_scale = getattr(self, "grad_scale", 1.0), 1.0  # a step clips once
         calls = []  # the C kernel's, run on torch's threads together
         for g_index, group in enumerate(self.param_groups):
             (b1, b2), lr = group["betas"], group["lr"]
@@ -130,7 +132,7 @@ class BF16AdamW(torch.optim.Optimizer):
                 state["step"] += 1
                 t = int(state["step"])
                 bias = (lr / (1 - b1**t), (1 - b2**t) ** 0.5, 1 - lr * group["weight_decay"])
-                scalars = (b1, 1 - b1, b2, 1 - b2, group["eps"], *bias)
+                scalars = (b1, 1 - b1, b2, 1 - b2, group["eps"], *bias, scale)
                 seed = zlib.crc32(f"{group['seed']} {g_index} {p_index} {t}".encode())
                 tensors = (p, p.grad, state["exp_avg"], state["exp_avg_sq"])
                 if self._on_kernel(tensors):
@@ -166,8 +168,8 @@ class BF16AdamW(torch.optim.Optimizer):
             w.join()
 
     @staticmethod
-    def _torch_step(p, grad, m, v, b1, rest1, b2, rest2, eps, step_size, bias2_sqrt, decay, seed) -> None:
-        g = grad.float()
+    def _torch_step(p, grad, m, v, b1, rest1, b2, rest2, eps, step_size, bias2_sqrt, decay, scale, seed):
+        g = grad.float() if scale == 1.0 else grad.float().mul_(scale)
         m32 = m.float().lerp_(g, rest1)
         v32 = v.float().mul_(b2).addcmul_(g, g, value=rest2)
         w32 = p.float().mul_(decay).addcdiv_(m32, v32.sqrt().div_(bias2_sqrt).add_(eps), value=-step_size)
@@ -191,4 +193,34 @@ def install(trainer) -> str | None:
     if trainer.accelerator.device.type == "cpu":
         kernel = cpu_kernel()
         how = f"torch ops, slower: {kernel}" if isinstance(kernel, str) else "one C kernel pass"
+    if fuse_gradient_clipping(trainer):
+        how += ", the gradient clipping folded in"
     return f"AdamW on the bf16 weights in fp32 math, weights and moments rounded stochastically ({how})"
+
+
+def fuse_gradient_clipping(trainer) -> bool:
+    """Clip in BF16AdamW's own pass: in one process without a loss scaler, the trainer's
+    `accelerator.clip_grad_norm_` returns the total norm (what it logs) and leaves the gradients as they are,
+    and the next step scales each as it reads it, in fp32. torch's clip writes every bf16 gradient once more
+    (~70 ms of a default CPU step, benchmarks/RESULTS.md). Another optimizer, or an infinite max_norm (the
+    norm asked for the log alone), gets accelerate's clip. Returns whether it is installed."""
+    import math
+
+    from accelerate.utils import DistributedType
+
+    accelerator = trainer.accelerator
+    one = getattr(accelerator, "distributed_type", None) == DistributedType.NO
+    if not one or getattr(accelerator, "scaler", None) is not None:
+        return False
+    clip = accelerator.clip_grad_norm_
+
+    def clip_grad_norm_(parameters, max_norm, norm_type=2):
+        optimizer = getattr(trainer.optimizer, "optimizer", trainer.optimizer)  # accelerate's wrapper's
+        if not isinstance(optimizer, BF16AdamW) or not math.isfinite(max_norm):
+            return clip(parameters, max_norm, norm_type)
+        norm = torch.nn.utils.get_total_norm([p.grad for p in parameters if p.grad is not None], norm_type)
+        optimizer.grad_scale = min(1.0, max_norm / (float(norm) + 1e-6))  # torch's factor, in fp32
+        return norm
+
+    accelerator.clip_grad_norm_ = clip_grad_norm_
+    return True
