@@ -4,7 +4,7 @@ under half a bf16 step (1/512 of the weight: at GRPO's learning rates, most of t
 probability equal to the remainder keeps each update on average. Half the memory of fp32 weights with fp32
 AdamW (benchmarks/RESULTS.md, "bf16 weights that learn"). On a CPU one pass of a small C kernel does it
 (compiled once with the system's C compiler and cached); on a GPU, or without a compiler, the same math in
-torch ops."""
+torch ops. In one process the gradient clipping is applied in the same pass (fuse_gradient_clipping)."""
 
 import ctypes
 import functools
