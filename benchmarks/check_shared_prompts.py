@@ -25,7 +25,7 @@ def main() -> None:
 
     from grpo_common.formats import get_format
     from grpo_recipes.models.loading import ensure_embedded
-    from grpo_recipes.train.fast_generation import recipe_attention
+    from grpo_recipes.train.attention import recipe_attention
     from grpo_recipes.train.fast_paths import completion_logprob_head
 
     path = ensure_embedded("smollm2-135m-instruct")

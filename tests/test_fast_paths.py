@@ -9,7 +9,7 @@ import torch
 
 from grpo_common.errors import ConfigError
 from grpo_recipes.models.tiny import tiny_model, tiny_tokenizer
-from grpo_recipes.train import fast_generation, fast_paths
+from grpo_recipes.train import attention, fast_generation, fast_paths
 from grpo_recipes.train.fast_paths import completion_logprob_head
 from grpo_recipes.train.static_cache import static_cache_generation
 
@@ -441,15 +441,15 @@ def test_decode_attention_is_sdpas_within_bf16_rounding():
     mask = torch.ones(batch, 1, 1, length, dtype=torch.bool)
     mask[1, ..., :9] = mask[3, ..., :30] = False  # left padding
     for m in (mask, None):
-        got, _ = fast_generation.decode_attention(module, query, key, value, m, scaling=0.3)
+        got, _ = attention.decode_attention(module, query, key, value, m, scaling=0.3)
         expected, _ = sdpa_attention_forward(module, query, key, value, m, scaling=0.3)
         assert got.shape == expected.shape == (batch, 1, 3 * kv_heads, dim) and got.dtype == torch.bfloat16
         assert (got.float() - expected.float()).abs().max() < 0.02 * expected.float().abs().max()
     padded = value.clone()
     padded[3, :, :30] = 1e4  # masked positions weigh nothing
     assert torch.equal(
-        fast_generation.decode_attention(module, query, key, padded, mask)[0][3],
-        fast_generation.decode_attention(module, query, key, value, mask)[0][3],
+        attention.decode_attention(module, query, key, padded, mask)[0][3],
+        attention.decode_attention(module, query, key, value, mask)[0][3],
     )
 
 
@@ -463,12 +463,12 @@ def test_decode_attention_only_where_generate_samples(tokenizer, monkeypatch):
     plain = tiny_model(tokenizer, seed=2, hidden_size=64)
     fast = copy.deepcopy(plain)
     accelerator = Accelerator(cpu=True, mixed_precision="bf16")
-    assert fast_generation.recipe_attention(fast) is None
+    assert attention.recipe_attention(fast) is None
     fast_generation.fast_generation(fast, accelerator)
     calls = []
-    decode = fast_generation.decode_attention
+    decode = attention.decode_attention
     monkeypatch.setattr(
-        fast_generation, "decode_attention", lambda *a, **kw: calls.append(a[1].shape) or decode(*a, **kw)
+        attention, "decode_attention", lambda *a, **kw: calls.append(a[1].shape) or decode(*a, **kw)
     )
     enc = tokenizer(
         ["<|im_start|>user\n12+7?<|im_end|>\n", "9"], return_tensors="pt", padding=True, padding_side="left"
@@ -483,7 +483,7 @@ def test_decode_attention_only_where_generate_samples(tokenizer, monkeypatch):
     layers = plain.config.num_hidden_layers
     # the prompts' pass (distinct prompts: no prefill) is SDPA's; each of the 5 later passes, one query a row
     assert len(calls) == 5 * layers and all(shape[0] == 2 and shape[2] == 1 for shape in calls)
-    assert not fast_generation.SAMPLING.get()  # reset when generate returns
+    assert not attention.SAMPLING.get()  # reset when generate returns
 
 
 def next_token_logprobs(model, ids, mask):
@@ -497,7 +497,7 @@ def test_eager_attention_for_gradients(tokenizer):
     plain = tiny_model(tokenizer, seed=2, hidden_size=64)
     assert plain.config._attn_implementation == "sdpa"
     ours = copy.deepcopy(plain)
-    assert fast_generation.recipe_attention(ours) is None
+    assert attention.recipe_attention(ours) is None
     ids, mask, _ = batch(len(tokenizer))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         with torch.no_grad():
@@ -522,7 +522,7 @@ def test_long_sequences_keep_sdpa_with_gradients(tokenizer, monkeypatch):
     with SDPA, bit for bit the plain model's."""
     plain = tiny_model(tokenizer, seed=2, hidden_size=64)
     ours = copy.deepcopy(plain)
-    assert fast_generation.recipe_attention(ours) is None
+    assert attention.recipe_attention(ours) is None
     ids, mask, _ = batch(len(tokenizer))
     b, n = ids.shape
     heads, layers = plain.config.num_attention_heads, plain.config.num_hidden_layers
@@ -532,7 +532,7 @@ def test_long_sequences_keep_sdpa_with_gradients(tokenizer, monkeypatch):
         (one_layer * layers - 1, False, False),
         (one_layer, True, True),  # checkpointed: one layer's at a time
     ]:
-        monkeypatch.setattr(fast_generation, "EAGER_ATTENTION_BYTES", budget)
+        monkeypatch.setattr(attention, "EAGER_ATTENTION_BYTES", budget)
         if checkpointed:
             ours.activation_checkpointing_enable({"use_reentrant": False})
         with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -544,7 +544,7 @@ def test_passes_without_gradients_skip_the_attention_budget(tokenizer, monkeypat
     """The budget asks `is_activation_checkpointing`, a walk over every module (~2 ms on the embedded
     model): only passes with gradients may attend eagerly, so decode and eval passes never ask it."""
     ours = tiny_model(tokenizer, seed=2, hidden_size=64)
-    assert fast_generation.recipe_attention(ours) is None
+    assert attention.recipe_attention(ours) is None
     asked = []
     walk = type(ours).is_activation_checkpointing
     monkeypatch.setattr(
@@ -617,13 +617,13 @@ def test_sampled_decoding_attends_with_the_faster_kernel_here(tokenizer, tmp_pat
     on the model's heads, and the log line says which decodes; where SDPA wins, decode_attention never
     runs."""
     model, state = tiny_model(tokenizer), torch.get_rng_state()
-    assert fast_generation.matmuls_faster_at_one_query(model) in (True, False)
+    assert attention.matmuls_faster_at_one_query(model) in (True, False)
     assert torch.equal(torch.get_rng_state(), state)  # the run's seeded draws are left as they were
     monkeypatch.setattr(fast_paths, "matmuls_faster_at_one_query", lambda model: False)  # as on a Xeon
     trainer = grpo_trainer(tokenizer, tmp_path)
     line = "eager attention with gradients, SDPA (faster here than matmuls) in sampled decoding"
     assert fast_paths.install(trainer)[3] == line
-    monkeypatch.setattr(fast_generation, "decode_attention", lambda *a, **kw: pytest.fail("matmuls ran"))
+    monkeypatch.setattr(attention, "decode_attention", lambda *a, **kw: pytest.fail("matmuls ran"))
     enc = tokenizer(["12+7?", "9"], return_tensors="pt", padding=True, padding_side="left")
     with torch.no_grad():
         trainer.model.generate(**enc, do_sample=True, max_new_tokens=4, pad_token_id=tokenizer.pad_token_id)

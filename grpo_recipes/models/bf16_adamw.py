@@ -118,7 +118,7 @@ class BF16AdamW(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self, closure=None):
         loss = None if closure is None else closure()
-        scale, self.grad_scale = getattr(self, "grad_scale", 1.0), 1.0  # a step clips once
+        scale, self.grad_scale = self.grad_scale, 1.0  # a step clips once
         calls = []  # the C kernel's, run on torch's threads together
         for g_index, group in enumerate(self.param_groups):
             (b1, b2), lr = group["betas"], group["lr"]
