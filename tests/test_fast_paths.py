@@ -9,7 +9,7 @@ import torch
 
 from grpo_common.errors import ConfigError
 from grpo_recipes.models.tiny import tiny_model, tiny_tokenizer
-from grpo_recipes.train import attention, fast_generation, fast_paths
+from grpo_recipes.train import attention, fast_generation, fast_paths, packed_decoding
 from grpo_recipes.train.fast_paths import completion_logprob_head
 from grpo_recipes.train.static_cache import static_cache_generation
 
@@ -188,7 +188,7 @@ def test_generation_is_unchanged(tokenizer, rows):
     completion_logprob_head(fast, temperature=1.0)
     accelerator = Accelerator(cpu=True, mixed_precision="bf16")
     installed = fast_generation.fast_generation(fast, accelerator)
-    assert installed == "generation under one autocast context, on packed bf16 weights"
+    assert installed == "generation under one autocast context, on packed bf16 weights, q/k/v in one GEMM"
     assert (
         inspect.signature(fast.forward).parameters.keys()
         == inspect.signature(plain.forward).parameters.keys()
@@ -203,7 +203,7 @@ def test_generation_is_unchanged(tokenizer, rows):
         got = fast.generate(**enc, **kwargs)
     assert got.shape[1] > enc["input_ids"].shape[1] + 64  # past the cache's first buffer
     assert torch.equal(got, expected)
-    assert not any("forward" in vars(m) for m in fast.modules() if type(m) is torch.nn.Linear)  # unpacked
+    assert not any("forward" in vars(m) for m in fast.model.modules())  # unpacked, the layers' forwards back
     # generated in inference mode, returned as a normal tensor: a training pass may save it for its backward
     assert not got.is_inference()
     fast(input_ids=got).logits.float().logsumexp(-1).mean().backward()
@@ -397,13 +397,89 @@ def test_packed_linears_compute_what_f_linear_computes():
             layer(x),
             layer(torch.randn(6, 5, 48, generator=torch.Generator().manual_seed(1))),
         )
-        with fast_generation.packed_linears(layer, rows=6):
+        with packed_decoding.packed_linears(layer, rows=6):
             assert "forward" in vars(layer)
             got = layer(x)
             prefill = layer(torch.randn(6, 5, 48, generator=torch.Generator().manual_seed(1)))
     assert got.dtype == expected.dtype == torch.bfloat16
     assert torch.equal(got, expected) and torch.equal(prefill, expected_prefill)
     assert "forward" not in vars(layer)
+
+
+@pytest.mark.parametrize("do_sample", [False, True])
+def test_llama_layers_decode_q_k_v_in_one_packed_gemm(tokenizer, monkeypatch, do_sample):
+    """A Llama decoder layer's decoding pass computes q, k and v in one GEMM on their stacked packed weights
+    (and no GEMM of their own): the same tokens and scores, bit for bit, as plain `generate` under autocast,
+    greedy and, from one seed, sampled. A layer's forward set before (compile_layers') is back after."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    config = tiny_model(tokenizer, hidden_size=64).config.to_dict() | {"intermediate_size": 192}
+    torch.manual_seed(3)
+    plain = LlamaForCausalLM(LlamaConfig(**config))  # its MLP's 192 columns apart from q/k/v's 128
+    fast = copy.deepcopy(plain)
+    accelerator = Accelerator(cpu=True, mixed_precision="bf16")
+    fast_generation.fast_generation(fast, accelerator)
+    compiled = functools.partial(type(fast.model.layers[0]).forward, fast.model.layers[0])
+    fast.model.layers[0].forward = compiled
+    columns, linear_pointwise = [], torch.ops.mkldnn._linear_pointwise
+
+    def spy(x, packed, *args):
+        columns.append(packed.size(0))
+        return linear_pointwise(x, packed, *args)
+
+    monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", spy)
+    prompts = ["<|im_start|>user\n12+7?<|im_end|>\n<|im_start|>assistant\n", "9", "<|im_start|>assistant\n"]
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left")
+    kwargs = {
+        "max_new_tokens": 12,
+        "do_sample": do_sample,
+        "top_k": 0,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+    kwargs |= {"output_scores": True, "return_dict_in_generate": True}
+    with torch.no_grad():
+        torch.manual_seed(7)
+        got = fast.generate(**enc, **kwargs)
+        torch.manual_seed(7)
+        with accelerator.autocast():
+            expected = plain.generate(**enc, **kwargs)
+    assert torch.equal(got.sequences, expected.sequences)
+    assert all(torch.equal(a, b) for a, b in zip(got.scores, expected.scores, strict=True))
+    config = plain.config  # q, k and v stacked: 2 query heads of 32 and 1 key/value head of 32
+    stacked = (config.num_attention_heads + 2 * config.num_key_value_heads) * config.head_dim
+    passes = got.sequences.size(1) - enc["input_ids"].size(1) - 1  # the first token comes from the prefill
+    assert columns.count(stacked) == passes * config.num_hidden_layers
+    assert config.num_key_value_heads * config.head_dim not in columns  # no k or v GEMM of their own
+    assert vars(fast.model.layers[0])["forward"] is compiled and "forward" not in vars(fast.model.layers[1])
+
+
+def test_layers_decoding_layer_cannot_reproduce_keep_q_k_v_apart_and_say_so(tokenizer):
+    """q, k and v with biases (or any layer but transformers' Llama one) keep their own packed GEMMs, the same
+    tokens as plain `generate`, and the install line says why."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    config = tiny_model(tokenizer, hidden_size=64).config.to_dict() | {"attention_bias": True}
+    torch.manual_seed(0)
+    plain = LlamaForCausalLM(LlamaConfig(**config))
+    fast = copy.deepcopy(plain)
+    accelerator = Accelerator(cpu=True, mixed_precision="bf16")
+    installed = fast_generation.fast_generation(fast, accelerator)
+    assert installed.endswith(
+        "q/k/v in one GEMM off: not transformers' Llama layers with bias-free q/k/v (LlamaDecoderLayer)"
+    )
+    enc = tokenizer(["9", "<|im_start|>assistant\n"], return_tensors="pt", padding=True, padding_side="left")
+    kwargs = {"max_new_tokens": 10, "do_sample": False, "pad_token_id": tokenizer.pad_token_id}
+    with torch.no_grad():
+        got = fast.generate(**enc, **kwargs)
+        with accelerator.autocast():
+            expected = plain.generate(**enc, **kwargs)
+    assert torch.equal(got, expected)
 
 
 def test_buffered_cache_keeps_what_dynamic_cache_keeps(tokenizer):
@@ -591,7 +667,7 @@ def test_apply_installs_what_fits_the_trainer(tokenizer, tmp_path, monkeypatch):
     monkeypatch.setattr(fast_paths, "matmuls_faster_at_one_query", lambda model: True)  # as on an AMD EPYC
     trainer = grpo_trainer(tokenizer, tmp_path)
     assert fast_paths.install(trainer) == [
-        "generation under one autocast context, on packed bf16 weights",
+        "generation under one autocast context, on packed bf16 weights, q/k/v in one GEMM",
         "completion-only log-prob head",
         "each distinct prompt once in the training passes off: activation checkpointing is on",
         "eager attention with gradients, matmuls in sampled decoding",
@@ -602,7 +678,7 @@ def test_apply_installs_what_fits_the_trainer(tokenizer, tmp_path, monkeypatch):
     assert "completion-only log-prob head" in fast_paths.install(with_reference)
     assert with_reference.ref_model.forward.__func__.__code__.co_filename == fast_paths.__file__
     assert fast_paths.install(grpo_trainer(tokenizer, tmp_path, entropy_coef=0.01)) == [
-        "generation under one autocast context, on packed bf16 weights",
+        "generation under one autocast context, on packed bf16 weights, q/k/v in one GEMM",
         "completion-only log-prob head off: the entropy bonus needs TRL's head",
         "each distinct prompt once in the training passes off: the completion-only head is off",
         "eager attention with gradients, matmuls in sampled decoding",

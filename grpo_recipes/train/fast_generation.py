@@ -1,57 +1,14 @@
 """Generation and attention on a CPU for GRPOTrainer and the fixed eval (benchmarks/RESULTS.md, "The step
 against the machine's limit"): one autocast context in inference mode, bf16 weights packed once per
-`generate` for oneDNN's decode GEMMs, a bf16 KV cache in buffers, each distinct prompt prefilled once, in
-generation and (with gradients) in the training passes; it sets the sampling flag the recipe's attention
-reads (train/attention.py). Greedy outputs are token-identical to plain `generate` under autocast
-(tests/test_fast_paths.py)."""
+`generate` for oneDNN's decode GEMMs (train/packed_decoding.py), a bf16 KV cache in buffers, each distinct
+prompt prefilled once, in generation and (with gradients) in the training passes; it sets the sampling flag
+the recipe's attention reads (train/attention.py). Greedy outputs are token-identical to plain `generate`
+under autocast (tests/test_fast_paths.py)."""
 
-import contextlib
 import functools
 
 from grpo_recipes.train.attention import SAMPLING
-
-
-def packed_weights_off(accelerator) -> str | None:
-    """Why `generate` cannot run on packed bf16 weights here, or None when it can."""
-    import torch
-    from accelerate.utils import DistributedType
-
-    if accelerator.device.type != "cpu" or accelerator.mixed_precision != "bf16":
-        return "bf16 autocast on a CPU only"
-    if accelerator.distributed_type in (DistributedType.DEEPSPEED, DistributedType.FSDP):
-        return "the weights are sharded"
-    if not (torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
-        return "this torch has no oneDNN bf16 GEMM"
-    return None
-
-
-@contextlib.contextmanager
-def packed_linears(model, rows: int):
-    """Every `nn.Linear` of `model` computes its decoding passes (`rows` rows, one token a sequence; 0: none)
-    from its weight cast to bf16 and reordered once for oneDNN (F.linear under autocast reorders it at every
-    call): the same GEMM, bit for bit. Other shapes (the prefill) keep F.linear, whose kernel varies with the
-    row count, on the same bf16 copy. No public API packs in torch 2.13 (inductor's freezing also freezes
-    the weights), so this calls the op inductor emits."""
-    import torch
-
-    def packed_forward(weight, packed, bias, x):  # autocast's F.linear, on weights cast once
-        x = x.to(torch.bfloat16)
-        if x.numel() != rows * x.shape[-1]:
-            return torch.nn.functional.linear(x, weight, bias)
-        return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
-
-    modules = model.modules() if rows else ()
-    linears = [m for m in modules if type(m) is torch.nn.Linear and m.weight.device.type == "cpu"]
-    for m in linears:
-        weight = m.weight.detach().to(torch.bfloat16)
-        bias = None if m.bias is None else m.bias.detach().to(torch.bfloat16)
-        packed = torch.ops.mkldnn._reorder_linear_weight(weight, rows)
-        m.forward = functools.partial(packed_forward, weight, packed, bias)
-    try:
-        yield
-    finally:
-        for m in linears:
-            del m.forward  # back to the class's forward; the bf16 copies are freed
+from grpo_recipes.train.packed_decoding import packed_linears, packed_weights_off, qkv_apart
 
 
 def buffered_cache(model, dtype):
@@ -205,6 +162,9 @@ def fast_generation(model, accelerator) -> str:
 
         fast_generate._fast = True
         model.generate = fast_generate
-    return "generation under one autocast context, " + (
-        f"packed weights off: {why_not_packed}" if why_not_packed else "on packed bf16 weights"
+    if why_not_packed:
+        return f"generation under one autocast context, packed weights off: {why_not_packed}"
+    apart = qkv_apart(model)
+    return "generation under one autocast context, on packed bf16 weights, " + (
+        f"q/k/v in one GEMM off: {apart}" if apart else "q/k/v in one GEMM"
     )

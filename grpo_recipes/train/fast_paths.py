@@ -12,7 +12,8 @@ import types
 from grpo_common.errors import ConfigError
 from grpo_recipes.models.hardware import host_memory_bytes
 from grpo_recipes.train.attention import matmuls_faster_at_one_query, recipe_attention
-from grpo_recipes.train.fast_generation import fast_generation, packed_weights_off, shared_prompt_cache
+from grpo_recipes.train.fast_generation import fast_generation, shared_prompt_cache
+from grpo_recipes.train.packed_decoding import packed_weights_off
 from grpo_recipes.train.static_cache import static_cache_generation
 
 TESTED_TRL = ("1.16.0",)

@@ -1,0 +1,153 @@
+"""Decoding passes on bf16 weights packed once per `generate` for oneDNN (benchmarks/RESULTS.md, "The step
+against the machine's limit"): every `nn.Linear` on its packed weight, and transformers' Llama decoder
+layers in one function that computes q, k and v in one packed GEMM and rotates q and k together. Bit for bit
+the tokens and logits of plain `generate` under autocast (tests/test_fast_paths.py)."""
+
+import contextlib
+import functools
+
+
+def packed_weights_off(accelerator) -> str | None:
+    """Why `generate` cannot run on packed bf16 weights here, or None when it can."""
+    import torch
+    from accelerate.utils import DistributedType
+
+    if accelerator.device.type != "cpu" or accelerator.mixed_precision != "bf16":
+        return "bf16 autocast on a CPU only"
+    if accelerator.distributed_type in (DistributedType.DEEPSPEED, DistributedType.FSDP):
+        return "the weights are sharded"
+    if not (torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
+        return "this torch has no oneDNN bf16 GEMM"
+    return None
+
+
+def fusable(layer) -> bool:
+    """Whether `layer` is transformers' Llama decoder layer as decoding_layer reproduces it: its own attention
+    and MLP classes, plain bias-free CPU linears for q, k and v (LoRA's wrap them)."""
+    import torch
+    from transformers.models.llama import modeling_llama as llama
+
+    attention = getattr(layer, "self_attn", None)
+    if type(layer) is not llama.LlamaDecoderLayer or type(attention) is not llama.LlamaAttention:
+        return False
+    projections = (attention.q_proj, attention.k_proj, attention.v_proj)
+    plain = all(type(m) is torch.nn.Linear and m.bias is None for m in projections)
+    return plain and attention.q_proj.weight.device.type == "cpu" and type(layer.mlp) is llama.LlamaMLP
+
+
+def qkv_apart(model) -> str | None:
+    """Why the decoder layers of `model` keep q, k and v in GEMMs of their own, or None."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    others = sorted({type(m).__name__ for m in layers if not fusable(m)})
+    if not layers or others:
+        return f"not transformers' Llama layers with bias-free q/k/v ({', '.join(others) or 'no layers'})"
+    return None
+
+
+def decoding_layer(layer, qkv, rows: int):
+    """`layer`'s forward for the decoding passes of `rows` rows (one token each, no gradients): its own
+    modules, with q, k and v from `qkv` (their weights stacked and packed) and the rotary embedding applied to
+    q and k in one go: the same ops on the same values as LlamaDecoderLayer and LlamaAttention (transformers
+    5.23). Other calls (the prefill, passes with gradients) go to the forward it replaces."""
+    import torch
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+    from transformers.models.llama.modeling_llama import eager_attention_forward, rotate_half
+
+    original, attention = layer.forward, layer.self_attn
+    config, dim = attention.config, attention.head_dim
+    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+
+    def forward(
+        hidden_states,
+        attention_mask=None,
+        position_ids=None,
+        past_key_values=None,
+        use_cache=False,
+        position_embeddings=None,
+        **kwargs,
+    ):
+        if hidden_states.shape[:2] != (rows, 1) or past_key_values is None or torch.is_grad_enabled():
+            return original(
+                hidden_states,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                past_key_values=past_key_values,
+                use_cache=use_cache,
+                position_embeddings=position_embeddings,
+                **kwargs,
+            )
+        residual = hidden_states
+        x = layer.input_layernorm(hidden_states).to(torch.bfloat16)
+        states = torch.ops.mkldnn._linear_pointwise(x, qkv, None, "none", [], "")
+        qk = states[..., : (heads + kv_heads) * dim].view(rows, 1, heads + kv_heads, dim).transpose(1, 2)
+        value = states[..., (heads + kv_heads) * dim :].view(rows, 1, kv_heads, dim).transpose(1, 2)
+        cos, sin = (t.unsqueeze(1) for t in position_embeddings)  # apply_rotary_pos_emb's, q and k at once
+        query, key = (qk * cos + rotate_half(qk) * sin).split([heads, kv_heads], dim=1)
+        key, value = past_key_values.update(key, value, attention.layer_idx)
+        attend = ALL_ATTENTION_FUNCTIONS.get_interface(config._attn_implementation, eager_attention_forward)
+        out, _ = attend(
+            attention,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=0.0,
+            scaling=attention.scaling,
+            position_ids=position_ids,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        hidden_states = residual + attention.o_proj(out.reshape(rows, 1, -1).contiguous())
+        return hidden_states + layer.mlp(layer.post_attention_layernorm(hidden_states))
+
+    return forward
+
+
+@contextlib.contextmanager
+def packed_linears(model, rows: int):
+    """Every `nn.Linear` of `model` computes its decoding passes (`rows` rows, one token a sequence; 0: none)
+    from its weight cast to bf16 and reordered once for oneDNN (F.linear under autocast reorders it at every
+    call): the same GEMM, bit for bit. Other shapes (the prefill) keep F.linear, whose kernel varies with the
+    row count, on the same bf16 copy. Llama decoder layers decode through decoding_layer, their q, k and v
+    packed as one weight (one GEMM of 960 columns took ~70 us at 16 rows, three ~135). No public API packs
+    in torch 2.13 (inductor's freezing also freezes the weights), so this calls the op inductor emits."""
+    import torch
+
+    def packed_forward(weight, packed, bias, x):  # autocast's F.linear, on weights cast once
+        x = x.to(torch.bfloat16)
+        if x.numel() != rows * x.shape[-1]:
+            return torch.nn.functional.linear(x, weight, bias)
+        return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+    def pack(weight):
+        return torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(torch.bfloat16), rows)
+
+    modules = list(model.modules()) if rows else []
+    layers = {m: vars(m).get("forward") for m in modules if fusable(m)}  # and a forward set before (compiled)
+    stacked = {id(p) for m in layers for p in (m.self_attn.q_proj, m.self_attn.k_proj, m.self_attn.v_proj)}
+    linears = [
+        m
+        for m in modules
+        if type(m) is torch.nn.Linear and m.weight.device.type == "cpu" and id(m) not in stacked
+    ]
+    for m in linears:
+        weight = m.weight.detach().to(torch.bfloat16)
+        bias = None if m.bias is None else m.bias.detach().to(torch.bfloat16)
+        m.forward = functools.partial(packed_forward, weight, pack(weight), bias)
+    for m in layers:
+        qkv = torch.cat(
+            [p.weight.detach() for p in (m.self_attn.q_proj, m.self_attn.k_proj, m.self_attn.v_proj)]
+        )
+        m.forward = decoding_layer(m, pack(qkv), rows)
+    try:
+        yield
+    finally:
+        for m in linears:
+            del m.forward  # back to the class's forward; the bf16 copies are freed
+        for m, before in layers.items():
+            if before is None:
+                del m.forward
+            else:
+                m.forward = before
