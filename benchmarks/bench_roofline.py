@@ -6,8 +6,8 @@ takes.
 1. The machine's peaks, measured here: bf16 matrix-multiply FLOP/s at the model's own shapes (the best of
    a few row counts) and read bandwidth (the faster of summing a 1 GiB fp32 tensor and a matrix-vector
    product over it); on a GPU the same on the GPU. Measured before the steps and again after them, the
-   bound takes the higher of each: a slow measurement must not pass for the limit (a fresh process once
-   measured under a third of the GEMM peak it measured after the steps, and a ~7x step read as 3.6x).
+   bound takes the higher of each: on a shared VM the same GEMMs once measured 0.65 TFLOP/s before the
+   steps and 2.3 after, and a ~7x step read as 3.6x. A slow minute must not pass for the limit.
 2. The step's bound from its real shapes (completions, mean prompt and completion tokens, the model's
    layers, a reference model when beta > 0, updates per generation): for each phase the larger of its FLOPs
    at the GEMM peak and its bytes at the read bandwidth. Prefill: each distinct prompt (GRPO repeats each
