@@ -80,6 +80,16 @@ def machine_peaks(config, device) -> tuple[float, float]:
     return best, x.numel() * x.element_size() / seconds
 
 
+def printed_peaks(config, device, when: str) -> tuple[float, float]:
+    """machine_peaks, printed (the run measures them twice: before its steps and after)."""
+    gemm, reads = machine_peaks(config, device)
+    print(
+        f"measured peaks {when}: bf16 GEMM {gemm / 1e12:.2f} TFLOP/s (model shapes), "
+        f"reads {reads / 1e9:.1f} GB/s"
+    )
+    return gemm, reads
+
+
 def step_bounds(
     config, n_params: int, shapes: dict, peak: float, bandwidth: float, weight_bytes: int = 4
 ) -> dict[str, float]:
@@ -234,11 +244,7 @@ def main() -> None:
 
     print(f"machine: {machine()}; commit {git_rev()}; torch threads {torch.get_num_threads()}")
     print(f"allocator: {malloc_tuning()} (GLIBC_TUNABLES= to measure without)")
-    peak, bandwidth = machine_peaks(model.config, device)
-    print(
-        f"measured peaks: bf16 GEMM {peak / 1e12:.2f} TFLOP/s (model shapes), "
-        f"reads {bandwidth / 1e9:.1f} GB/s"
-    )
+    peak, bandwidth = printed_peaks(model.config, device, "before the steps")
 
     import tempfile
 
@@ -282,12 +288,8 @@ def main() -> None:
         trainer.add_callback(Snapshot())
         trainer.train()
 
-    after = machine_peaks(model.config, device)
-    print(
-        f"measured peaks after the steps: bf16 GEMM {after[0] / 1e12:.2f} TFLOP/s, "
-        f"reads {after[1] / 1e9:.1f} GB/s; the bound takes the higher of each"
-    )
-    peak, bandwidth = max(peak, after[0]), max(bandwidth, after[1])
+    gemm, reads = printed_peaks(model.config, device, "after the steps")  # the bound takes the higher of each
+    peak, bandwidth = max(peak, gemm), max(bandwidth, reads)
 
     skip = min(2, len(per_step) - 1)  # medians from step 3 on: the first steps warm caches (and compile)
     logs = clock.logs[skip:]
