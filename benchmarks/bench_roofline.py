@@ -3,17 +3,20 @@ takes.
 
     python -m benchmarks.bench_roofline [--steps 10] [--set max_completion_length=64 ...] [--dtype fp32]
 
-1. The machine's peaks, measured here: bf16 matrix-multiply FLOP/s at the model's own shapes (the best of
-   a few row counts) and read bandwidth (the faster of summing a 1 GiB fp32 tensor and a matrix-vector
-   product over it); on a GPU the same on the GPU. Measured before the steps and again after them, the
-   bound takes the higher of each: on a shared VM the same GEMMs once measured 0.65 TFLOP/s before the
-   steps and 2.3 after, and a ~7x step read as 3.6x. A slow minute must not pass for the limit.
+1. The machine's peaks, measured here: matrix-multiply FLOP/s in the dtype the step computes in (bf16 under
+   autocast or on bf16 weights, else fp32: a CPU without native bf16, where bf16 GEMMs crawl at ~1 GFLOP/s)
+   at the model's own shapes (the best of a few row counts) and read bandwidth (the faster of summing a 1 GiB
+   fp32 tensor and a matrix-vector product over it); on a GPU the same on the GPU. Measured before the steps
+   and again after them, the bound takes the higher of each: on a shared VM the same GEMMs once measured
+   0.65 TFLOP/s before the steps and 2.3 after, and a ~7x step read as 3.6x. A slow minute must not pass
+   for the limit.
 2. The step's bound from its real shapes (completions, mean prompt and completion tokens, the model's
    layers, a reference model when beta > 0, updates per generation): for each phase the larger of its FLOPs
    at the GEMM peak and its bytes at the read bandwidth. Prefill: each distinct prompt (GRPO repeats each
    one num_generations times) through the body, its last token aside, where the recipe prefills so (else
    every row's prompt and one LM-head row each). Decode: each decoding pass counted (the prompts' last token
-   after that prefill, then each generated token but the last), reading every bf16 weight and the KV cache.
+   after that prefill, then each generated token but the last), reading every weight and the KV cache in the
+   compute dtype.
    Training forward: every token through the body (each distinct prompt once, its last token aside, where
    the recipe's passes share prompts so), the LM head on completion tokens only; backward: twice its FLOPs.
    Optimizer: AdamW reading the weights, gradients and two moments (16 bytes a parameter for fp32
@@ -63,14 +66,14 @@ def best_seconds(fn, device, repeat: int = 7) -> float:
     return statistics.median(times)
 
 
-def machine_peaks(config, device) -> tuple[float, float]:
-    """(bf16 GEMM FLOP/s at the model's shapes, read bytes/s)."""
+def machine_peaks(config, device, dtype) -> tuple[float, float]:
+    """(GEMM FLOP/s in `dtype` at the model's shapes, read bytes/s)."""
     d, ff = config.hidden_size, config.intermediate_size
     best = 0.0
     for m in (512, 1024, 4096):
         for k, n in ((d, ff), (ff, d), (d, config.vocab_size)):
-            a = torch.randn(m, k, dtype=torch.bfloat16, device=device)
-            b = torch.randn(k, n, dtype=torch.bfloat16, device=device)
+            a = torch.randn(m, k, dtype=dtype, device=device)
+            b = torch.randn(k, n, dtype=dtype, device=device)
             best = max(best, 2 * m * k * n / best_seconds(lambda a=a, b=b: a @ b, device))
     x = torch.ones(
         2**16, 2**12, device=device
@@ -80,23 +83,31 @@ def machine_peaks(config, device) -> tuple[float, float]:
     return best, x.numel() * x.element_size() / seconds
 
 
-def printed_peaks(config, device, when: str) -> tuple[float, float]:
+def printed_peaks(config, device, dtype, when: str) -> tuple[float, float]:
     """machine_peaks, printed (the run measures them twice: before its steps and after)."""
-    gemm, reads = machine_peaks(config, device)
+    gemm, reads = machine_peaks(config, device, dtype)
+    name = str(dtype).removeprefix("torch.")
     print(
-        f"measured peaks {when}: bf16 GEMM {gemm / 1e12:.2f} TFLOP/s (model shapes), "
+        f"measured peaks {when}: {name} GEMM {gemm / 1e12:.2f} TFLOP/s (model shapes), "
         f"reads {reads / 1e9:.1f} GB/s"
     )
     return gemm, reads
 
 
 def step_bounds(
-    config, n_params: int, shapes: dict, peak: float, bandwidth: float, weight_bytes: int = 4
+    config,
+    n_params: int,
+    shapes: dict,
+    peak: float,
+    bandwidth: float,
+    weight_bytes: int = 4,
+    compute_bytes: int = 2,
 ) -> dict[str, float]:
     """Seconds per phase at the machine's limit (shapes: completions B of distinct prompts U, prompt
     tokens P, completion tokens C (the longest: every pass runs the whole batch), decode passes, and passes:
     model passes over the batch with gradients or for old/reference log-probs; weight_bytes: 4 for fp32
-    weights, gradients and AdamW moments, 2 for bf16 ones)."""
+    weights, gradients and AdamW moments, 2 for bf16 ones; compute_bytes: a weight's and a cached key's as
+    generation reads them, 2 under bf16 autocast, 4 in fp32)."""
     B, U, P, C = (shapes[k] for k in ("completions", "prompts", "prompt_tokens", "completion_tokens"))
     passes = shapes["decode_passes"]
     d, layers, vocab = config.hidden_size, config.num_hidden_layers, config.vocab_size
@@ -111,12 +122,13 @@ def step_bounds(
         return max(flops / peak, bytes_ / bandwidth)
 
     if shapes["prefilled"]:  # the recipe's: each distinct prompt through the body, its last token decoded
-        prefill = bound(2 * body * U * (P - 1) + attention(U * (P - 1), P / 2), 2 * n_params)
+        prefill = bound(2 * body * U * (P - 1) + attention(U * (P - 1), P / 2), compute_bytes * n_params)
     else:  # every row's prompt through the model, one LM-head row each
-        prefill = bound(2 * body * B * P + 2 * head * B + attention(B * P, P / 2), 2 * n_params)
-    decode = sum(  # token t reads every bf16 weight and the KV cache of P + t positions (k and v)
+        prefill = bound(2 * body * B * P + 2 * head * B + attention(B * P, P / 2), compute_bytes * n_params)
+    decode = sum(  # token t reads every weight and the KV cache of P + t positions (k and v)
         bound(
-            2 * (body + head) * B + attention(B, P + t), 2 * n_params + 2 * 2 * layers * kv_dim * B * (P + t)
+            2 * (body + head) * B + attention(B, P + t),
+            compute_bytes * (n_params + 2 * layers * kv_dim * B * (P + t)),
         )
         for t in range(passes)
     )
@@ -244,7 +256,9 @@ def main() -> None:
 
     print(f"machine: {machine()}; commit {git_rev()}; torch threads {torch.get_num_threads()}")
     print(f"allocator: {malloc_tuning()} (GLIBC_TUNABLES= to measure without)")
-    peak, bandwidth = printed_peaks(model.config, device, "before the steps")
+    # the dtype the step's GEMMs run in: bf16 under autocast or on bf16 weights, else fp32
+    compute = torch.bfloat16 if grpo.get("bf16") or model.dtype == torch.bfloat16 else torch.float32
+    peak, bandwidth = printed_peaks(model.config, device, compute, "before the steps")
 
     import tempfile
 
@@ -288,7 +302,9 @@ def main() -> None:
         trainer.add_callback(Snapshot())
         trainer.train()
 
-    gemm, reads = printed_peaks(model.config, device, "after the steps")  # the bound takes the higher of each
+    gemm, reads = printed_peaks(
+        model.config, device, compute, "after the steps"
+    )  # the bound takes the higher of each
     peak, bandwidth = max(peak, gemm), max(bandwidth, reads)
 
     skip = min(2, len(per_step) - 1)  # medians from step 3 on: the first steps warm caches (and compile)
@@ -311,7 +327,9 @@ def main() -> None:
         "passes": 1 + (config.beta > 0) + (config.num_iterations > 1),
     }
     n_params = sum(p.numel() for p in model.parameters())
-    bounds = step_bounds(model.config, n_params, shapes, peak, bandwidth, model.dtype.itemsize)
+    bounds = step_bounds(
+        model.config, n_params, shapes, peak, bandwidth, model.dtype.itemsize, compute.itemsize
+    )
     step = statistics.median(clock.step_times[skip:])
     measured = {}
     for name in bounds:

@@ -13,6 +13,19 @@ from grpo_recipes.train import attention, fast_generation, fast_paths, packed_de
 from grpo_recipes.train.fast_paths import completion_logprob_head
 from grpo_recipes.train.static_cache import static_cache_generation
 
+# oneDNN packs bf16 weights only on CPUs with AVX-512 or AMX; fp32 ones everywhere (an AVX2-only AMD EPYC
+# runs fp32). The generation tests run in each precision this CPU packs.
+PACKS_BF16 = torch.ops.mkldnn._is_mkldnn_bf16_supported()
+NEEDS_BF16_PACKING = pytest.mark.skipif(not PACKS_BF16, reason="oneDNN packs no bf16 here (no AVX-512/AMX)")
+PRECISIONS = [pytest.param("bf16", marks=NEEDS_BF16_PACKING), "no"]  # accelerate's mixed_precision
+
+
+def generation_line(precision: str, rest: str = "q/k/v in one GEMM") -> str:
+    """fast_generation's install line on a CPU in `precision` (accelerate's mixed_precision)."""
+    if precision == "bf16":
+        return f"generation under one autocast context, on packed bf16 weights, {rest}"
+    return f"generation in fp32, on packed fp32 weights, {rest}"
+
 
 @pytest.fixture(scope="module")
 def tokenizer():
@@ -116,9 +129,11 @@ def test_each_distinct_prompt_goes_through_the_training_pass_once(tokenizer, bf1
     got, grads = score(ours, ids, mask, labels, bf16)
     assert rows == [(2, 6), (6, 6)]  # 2 prompts of 6 columns, then 6 rows of the last prompt token + 5
     assert torch.equal(got.label_mask, expected.label_mask)
-    assert torch.allclose(got.log_probs, expected.log_probs, atol=1e-5)
-    assert torch.allclose(got.entropy, expected.entropy, atol=1e-4)
-    assert torch.allclose(got.loss, expected.loss, atol=1e-5)
+    # bf16 GEMMs of 2 rows and of 6 round alike with oneDNN on AVX-512 / AMX, not on AVX2 (~1e-3 apart)
+    atol = 1e-5 if not bf16 or PACKS_BF16 else 2e-3
+    assert torch.allclose(got.log_probs, expected.log_probs, atol=atol)
+    assert torch.allclose(got.entropy, expected.entropy, atol=max(atol, 1e-4))
+    assert torch.allclose(got.loss, expected.loss, atol=atol)
     if bf16:
         assert torch.nn.functional.cosine_similarity(grads, expected_grads, dim=0) > 0.9999
     else:
@@ -170,11 +185,12 @@ def test_large_micro_batches_keep_trls_head(tokenizer, monkeypatch):
     assert torch.equal(got.log_probs, expected.log_probs) and torch.equal(grads, expected_grads)
 
 
+@pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("rows", [1, 2, 7])
-def test_generation_is_unchanged(tokenizer, rows):
-    """Same greedy tokens with the fast paths installed (one autocast context, packed weights, the bf16 KV
-    cache) at several batch sizes; the forward keeps the class's signature, from which `generate` decides to
-    pass position_ids for left-padded prompts."""
+def test_generation_is_unchanged(tokenizer, rows, precision):
+    """Same greedy tokens with the fast paths installed (one autocast context, packed weights, the KV cache
+    in buffers; in fp32 no autocast) at several batch sizes; the forward keeps the class's signature, from
+    which `generate` decides to pass position_ids for left-padded prompts."""
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
     from trl.trainer.utils import add_fused_lm_head
@@ -186,9 +202,9 @@ def test_generation_is_unchanged(tokenizer, rows):
     fast = copy.deepcopy(plain)
     add_fused_lm_head(fast, outputs=("log_probs", "entropy"))
     completion_logprob_head(fast, temperature=1.0)
-    accelerator = Accelerator(cpu=True, mixed_precision="bf16")
+    accelerator = Accelerator(cpu=True, mixed_precision=precision)
     installed = fast_generation.fast_generation(fast, accelerator)
-    assert installed == "generation under one autocast context, on packed bf16 weights, q/k/v in one GEMM"
+    assert installed == generation_line(precision)
     assert (
         inspect.signature(fast.forward).parameters.keys()
         == inspect.signature(plain.forward).parameters.keys()
@@ -209,7 +225,10 @@ def test_generation_is_unchanged(tokenizer, rows):
     fast(input_ids=got).logits.float().logsumexp(-1).mean().backward()
 
 
-def test_sampled_generation_of_several_sequences_a_prompt_decodes_on_packed_weights(tokenizer, monkeypatch):
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_sampled_generation_of_several_sequences_a_prompt_decodes_on_packed_weights(
+    tokenizer, monkeypatch, precision
+):
     """pass@k asks `generate` for several samples a prompt: its decoding passes have prompts x samples rows,
     and take the packed weights too (they fell back to F.linear, reordering every weight at every token);
     the same seed draws the same tokens as plain `generate` under autocast."""
@@ -219,7 +238,7 @@ def test_sampled_generation_of_several_sequences_a_prompt_decodes_on_packed_weig
     AcceleratorState._reset_state(reset_partial_state=True)
     plain = tiny_model(tokenizer, seed=2, hidden_size=64)
     fast = copy.deepcopy(plain)
-    accelerator = Accelerator(cpu=True, mixed_precision="bf16")
+    accelerator = Accelerator(cpu=True, mixed_precision=precision)
     fast_generation.fast_generation(fast, accelerator)
     packed_calls, linear_pointwise = [], torch.ops.mkldnn._linear_pointwise
 
@@ -242,7 +261,8 @@ def test_sampled_generation_of_several_sequences_a_prompt_decodes_on_packed_weig
     assert packed_calls and all(shape[0] == 6 for shape in packed_calls)  # 2 prompts x 3 samples a pass
 
 
-def test_each_distinct_prompt_is_prefilled_once(tokenizer):
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_each_distinct_prompt_is_prefilled_once(tokenizer, precision):
     """GRPO's rows repeat each prompt: the prompt goes through the model once, the cache is expanded to its
     rows, and generation continues as from a prefill of every row (bf16 rounding apart)."""
     from accelerate import Accelerator
@@ -251,7 +271,7 @@ def test_each_distinct_prompt_is_prefilled_once(tokenizer):
     AcceleratorState._reset_state(reset_partial_state=True)
     plain = tiny_model(tokenizer, seed=2, hidden_size=64)
     fast = copy.deepcopy(plain)
-    accelerator = Accelerator(cpu=True, mixed_precision="bf16")
+    accelerator = Accelerator(cpu=True, mixed_precision=precision)
     fast_generation.fast_generation(fast, accelerator)
     rows, head_rows = decoder_calls(fast), []
     fast.lm_head.register_forward_pre_hook(lambda m, args: head_rows.append(args[0].shape[0]))
@@ -363,7 +383,8 @@ def test_a_static_cache_the_recipe_cannot_hold_falls_back_to_the_dynamic_one_and
     assert said == [expected_line]
 
 
-def test_a_model_that_is_its_own_decoder_is_prefilled_with_one_position_of_logits(tokenizer):
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_a_model_that_is_its_own_decoder_is_prefilled_with_one_position_of_logits(tokenizer, precision):
     """transformers' get_decoder returns the model itself for some (Mllama): the prefill then keeps one
     position's logits, and generation is unchanged."""
     from accelerate import Accelerator
@@ -373,7 +394,7 @@ def test_a_model_that_is_its_own_decoder_is_prefilled_with_one_position_of_logit
     plain = tiny_model(tokenizer, seed=2, hidden_size=64)
     fast = copy.deepcopy(plain)
     fast.get_decoder = lambda: fast
-    accelerator = Accelerator(cpu=True, mixed_precision="bf16")
+    accelerator = Accelerator(cpu=True, mixed_precision=precision)
     fast_generation.fast_generation(fast, accelerator)
     head_rows = []
     fast.lm_head.register_forward_pre_hook(lambda m, args: head_rows.append(tuple(args[0].shape[:2])))
@@ -387,6 +408,7 @@ def test_a_model_that_is_its_own_decoder_is_prefilled_with_one_position_of_logit
     assert torch.equal(got, expected)
 
 
+@NEEDS_BF16_PACKING
 def test_packed_linears_compute_what_f_linear_computes():
     """Decoding-shaped calls (one row a sequence) take the packed weights, bit for bit F.linear's result
     under autocast; other shapes (the prefill) and the weights after the context are F.linear's own."""
@@ -397,7 +419,7 @@ def test_packed_linears_compute_what_f_linear_computes():
             layer(x),
             layer(torch.randn(6, 5, 48, generator=torch.Generator().manual_seed(1))),
         )
-        with packed_decoding.packed_linears(layer, rows=6):
+        with packed_decoding.packed_linears(layer, rows=6, dtype=torch.bfloat16):
             assert "forward" in vars(layer)
             got = layer(x)
             prefill = layer(torch.randn(6, 5, 48, generator=torch.Generator().manual_seed(1)))
@@ -406,11 +428,25 @@ def test_packed_linears_compute_what_f_linear_computes():
     assert "forward" not in vars(layer)
 
 
+def test_packed_fp32_linears_compute_f_linear_within_fp32_rounding():
+    """In fp32 (no autocast) the packed weight is the weight itself, reordered: oneDNN's GEMM, within fp32
+    rounding of F.linear's (MKL's); the prefill's shapes keep F.linear."""
+    layer = torch.nn.Linear(576, 960, bias=False)
+    x, prompt = torch.randn(16, 1, 576), torch.randn(16, 5, 576)
+    expected, expected_prefill = layer(x), layer(prompt)
+    with torch.no_grad(), packed_decoding.packed_linears(layer, rows=16, dtype=torch.float32):
+        got, prefill = layer(x), layer(prompt)
+    assert got.dtype == torch.float32 and torch.equal(prefill, expected_prefill)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("do_sample", [False, True])
-def test_llama_layers_decode_q_k_v_in_one_packed_gemm(tokenizer, monkeypatch, do_sample):
+def test_llama_layers_decode_q_k_v_in_one_packed_gemm(tokenizer, monkeypatch, do_sample, precision):
     """A Llama decoder layer's decoding pass computes q, k and v in one GEMM on their stacked packed weights
-    (and no GEMM of their own): the same tokens and scores, bit for bit, as plain `generate` under autocast,
-    greedy and, from one seed, sampled. A layer's forward set before (compile_layers') is back after."""
+    (and no GEMM of their own): the same tokens as plain `generate` (under autocast), greedy and, from one
+    seed, sampled; in bf16 the same scores bit for bit, in fp32 within its rounding. A layer's forward set
+    before (compile_layers') is back after."""
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -420,7 +456,7 @@ def test_llama_layers_decode_q_k_v_in_one_packed_gemm(tokenizer, monkeypatch, do
     torch.manual_seed(3)
     plain = LlamaForCausalLM(LlamaConfig(**config))  # its MLP's 192 columns apart from q/k/v's 128
     fast = copy.deepcopy(plain)
-    accelerator = Accelerator(cpu=True, mixed_precision="bf16")
+    accelerator = Accelerator(cpu=True, mixed_precision=precision)
     fast_generation.fast_generation(fast, accelerator)
     compiled = functools.partial(type(fast.model.layers[0]).forward, fast.model.layers[0])
     fast.model.layers[0].forward = compiled
@@ -447,7 +483,11 @@ def test_llama_layers_decode_q_k_v_in_one_packed_gemm(tokenizer, monkeypatch, do
         with accelerator.autocast():
             expected = plain.generate(**enc, **kwargs)
     assert torch.equal(got.sequences, expected.sequences)
-    assert all(torch.equal(a, b) for a, b in zip(got.scores, expected.scores, strict=True))
+    if precision == "bf16":
+        assert all(torch.equal(a, b) for a, b in zip(got.scores, expected.scores, strict=True))
+    else:  # oneDNN's fp32 GEMM against MKL's: within fp32 rounding
+        for a, b in zip(got.scores, expected.scores, strict=True):
+            torch.testing.assert_close(a, b)
     config = plain.config  # q, k and v stacked: 2 query heads of 32 and 1 key/value head of 32
     stacked = (config.num_attention_heads + 2 * config.num_key_value_heads) * config.head_dim
     passes = got.sequences.size(1) - enc["input_ids"].size(1) - 1  # the first token comes from the prefill
@@ -456,7 +496,8 @@ def test_llama_layers_decode_q_k_v_in_one_packed_gemm(tokenizer, monkeypatch, do
     assert vars(fast.model.layers[0])["forward"] is compiled and "forward" not in vars(fast.model.layers[1])
 
 
-def test_layers_decoding_layer_cannot_reproduce_keep_q_k_v_apart_and_say_so(tokenizer):
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_layers_decoding_layer_cannot_reproduce_keep_q_k_v_apart_and_say_so(tokenizer, precision):
     """q, k and v with biases (or any layer but transformers' Llama one) keep their own packed GEMMs, the same
     tokens as plain `generate`, and the install line says why."""
     from accelerate import Accelerator
@@ -468,7 +509,7 @@ def test_layers_decoding_layer_cannot_reproduce_keep_q_k_v_apart_and_say_so(toke
     torch.manual_seed(0)
     plain = LlamaForCausalLM(LlamaConfig(**config))
     fast = copy.deepcopy(plain)
-    accelerator = Accelerator(cpu=True, mixed_precision="bf16")
+    accelerator = Accelerator(cpu=True, mixed_precision=precision)
     installed = fast_generation.fast_generation(fast, accelerator)
     assert installed.endswith(
         "q/k/v in one GEMM off: not transformers' Llama layers with bias-free q/k/v (LlamaDecoderLayer)"
@@ -643,7 +684,7 @@ def grpo_trainer(tokenizer, tmp_path, **config):
     args = GRPOConfig(
         output_dir=str(tmp_path),
         use_cpu=True,
-        bf16=True,
+        bf16=PACKS_BF16,  # the precision whose generation packs here
         per_device_train_batch_size=4,
         num_generations=2,
         max_completion_length=4,
@@ -666,8 +707,9 @@ def grpo_trainer(tokenizer, tmp_path, **config):
 def test_apply_installs_what_fits_the_trainer(tokenizer, tmp_path, monkeypatch):
     monkeypatch.setattr(fast_paths, "matmuls_faster_at_one_query", lambda model: True)  # as on an AMD EPYC
     trainer = grpo_trainer(tokenizer, tmp_path)
+    precision = "bf16" if PACKS_BF16 else "no"
     assert fast_paths.install(trainer) == [
-        "generation under one autocast context, on packed bf16 weights, q/k/v in one GEMM",
+        generation_line(precision),
         "completion-only log-prob head",
         "each distinct prompt once in the training passes off: activation checkpointing is on",
         "eager attention with gradients, matmuls in sampled decoding",
@@ -678,7 +720,7 @@ def test_apply_installs_what_fits_the_trainer(tokenizer, tmp_path, monkeypatch):
     assert "completion-only log-prob head" in fast_paths.install(with_reference)
     assert with_reference.ref_model.forward.__func__.__code__.co_filename == fast_paths.__file__
     assert fast_paths.install(grpo_trainer(tokenizer, tmp_path, entropy_coef=0.01)) == [
-        "generation under one autocast context, on packed bf16 weights, q/k/v in one GEMM",
+        generation_line(precision),
         "completion-only log-prob head off: the entropy bonus needs TRL's head",
         "each distinct prompt once in the training passes off: the completion-only head is off",
         "eager attention with gradients, matmuls in sampled decoding",
@@ -722,18 +764,16 @@ def test_a_fast_path_that_cannot_apply_says_why(tokenizer, tmp_path):
 
 
 def test_generation_that_cannot_pack_says_why_and_true_refuses(tokenizer, tmp_path, monkeypatch):
-    """A bf16 CPU run whose torch cannot pack (no oneDNN bf16 GEMM): `auto` generates unpacked and says so,
-    `true` refuses before installing anything."""
-    monkeypatch.setattr(fast_paths, "packed_weights_off", lambda accelerator: "no oneDNN here")
-    monkeypatch.setattr(fast_generation, "packed_weights_off", lambda accelerator: "no oneDNN here")
+    """A CPU run whose torch cannot pack (no oneDNN): `auto` generates unpacked and says so, `true` refuses
+    before installing anything."""
+    monkeypatch.setattr(fast_paths, "packed_weights_off", lambda accelerator, dtype: "no oneDNN here")
+    monkeypatch.setattr(fast_generation, "packed_weights_off", lambda accelerator, dtype: "no oneDNN here")
     trainer = grpo_trainer(tokenizer, tmp_path)
     with pytest.raises(ConfigError, match="grpo.fast_paths=true: packed weights off: no oneDNN here"):
         fast_paths.install(trainer, strict=True)
     assert not getattr(trainer.model.generate, "_fast", False)
-    assert (
-        fast_paths.install(trainer)[0]
-        == "generation under one autocast context, packed weights off: no oneDNN here"
-    )
+    where = "generation under one autocast context" if PACKS_BF16 else "generation in fp32"
+    assert fast_paths.install(trainer)[0] == f"{where}, packed weights off: no oneDNN here"
 
 
 def test_the_pinned_trl_is_the_one_the_fast_paths_were_written_for():

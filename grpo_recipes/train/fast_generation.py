@@ -1,14 +1,14 @@
 """Generation and attention on a CPU for GRPOTrainer and the fixed eval (benchmarks/RESULTS.md, "The step
-against the machine's limit"): one autocast context in inference mode, bf16 weights packed once per
-`generate` for oneDNN's decode GEMMs (train/packed_decoding.py), a bf16 KV cache in buffers, each distinct
+against the machine's limit"): one autocast context (in fp32 none) in inference mode, weights packed once
+per `generate` for oneDNN's decode GEMMs (train/packed_decoding.py), a KV cache in buffers, each distinct
 prompt prefilled once, in generation and (with gradients) in the training passes; it sets the sampling flag
 the recipe's attention reads (train/attention.py). Greedy outputs are token-identical to plain `generate`
-under autocast (tests/test_fast_paths.py)."""
+(under autocast in bf16; tests/test_fast_paths.py)."""
 
 import functools
 
 from grpo_recipes.train.attention import SAMPLING
-from grpo_recipes.train.packed_decoding import packed_linears, packed_weights_off, qkv_apart
+from grpo_recipes.train.packed_decoding import decoding_dtype, packed_linears, packed_weights_off, qkv_apart
 
 
 def buffered_cache(model, dtype):
@@ -81,13 +81,11 @@ def fill_distinct_prefixes(model, cache, kwargs: dict, length: int, numbered: bo
     return True
 
 
-def prefilled_cache(model, kwargs: dict):
-    """The bf16 buffered cache for a `generate` call, holding all but the last token of each distinct prompt
-    (computed once): `generate` then computes only the last prompt token onwards. Left empty where the
-    prompts are distinct (the fixed eval)."""
-    import torch
-
-    cache = buffered_cache(model, torch.bfloat16)
+def prefilled_cache(model, kwargs: dict, dtype):
+    """The buffered cache (in the decoding dtype) for a `generate` call, holding all but the last token of
+    each distinct prompt (computed once): `generate` then computes only the last prompt token onwards. Left
+    empty where the prompts are distinct (the fixed eval)."""
+    cache = buffered_cache(model, dtype)
     if cache is not None and sequences_per_prompt(kwargs) == 1:
         fill_distinct_prefixes(model, cache, kwargs, kwargs["input_ids"].size(1) - 1, numbered=True)
     return cache
@@ -124,13 +122,15 @@ def normal_tensors(out):
 
 def fast_generation(model, accelerator) -> str:
     """Run `model.generate` inside one autocast context (leaving it, as accelerate does after each forward,
-    drops its bf16 weight copies) and, on a CPU, on packed weights with the prefilled bf16 cache. Returns
-    what was installed."""
-    if accelerator.mixed_precision == "no":
+    drops its bf16 weight copies) and, on a CPU, on packed weights with the prefilled cache; an fp32 CPU run
+    the same without autocast. Returns what was installed."""
+    autocast = accelerator.mixed_precision != "no"
+    if not autocast and accelerator.device.type != "cpu":
         return "generation under one autocast context off: fp32, no weight is cast"
     import torch
 
-    why_not_packed = packed_weights_off(accelerator)
+    dtype = decoding_dtype(model, accelerator)
+    why_not_packed = packed_weights_off(accelerator, dtype)
     # On a CPU generate runs in inference mode: bit for bit no_grad's tokens, ~10 % less time a decoding pass
     # (no autograd bookkeeping on ~2,000 small ops); its outputs are copied out as normal tensors.
     on_cpu = accelerator.device.type == "cpu"
@@ -150,11 +150,11 @@ def fast_generation(model, accelerator) -> str:
             # a cache handed in (static_cache.py's) outlives the call: its tensors stay normal ones
             inference = torch.inference_mode(on_cpu and kwargs.get("past_key_values") is None)
             try:
-                with accelerator.autocast(), packed_linears(model, rows=rows), inference:
-                    # the prefill runs on the bf16 copies
+                with accelerator.autocast(), packed_linears(model, rows=rows, dtype=dtype), inference:
+                    # the prefill runs F.linear on the weights cast to dtype (what was packed)
                     own_cache = pack and not asked and kwargs.get("use_cache", True)
                     if own_cache and kwargs.get("past_key_values") is None:
-                        kwargs["past_key_values"] = prefilled_cache(model, kwargs)
+                        kwargs["past_key_values"] = prefilled_cache(model, kwargs, dtype)
                     out = generate(*args, **kwargs)
             finally:
                 SAMPLING.reset(sampling)
@@ -162,9 +162,11 @@ def fast_generation(model, accelerator) -> str:
 
         fast_generate._fast = True
         model.generate = fast_generate
+    where = "generation under one autocast context" if autocast else "generation in fp32"
     if why_not_packed:
-        return f"generation under one autocast context, packed weights off: {why_not_packed}"
+        return f"{where}, packed weights off: {why_not_packed}"
     apart = qkv_apart(model)
-    return "generation under one autocast context, on packed bf16 weights, " + (
+    named = "bf16" if dtype == torch.bfloat16 else "fp32"  # packed_weights_off admits only these
+    return f"{where}, on packed {named} weights, " + (
         f"q/k/v in one GEMM off: {apart}" if apart else "q/k/v in one GEMM"
     )

@@ -1,22 +1,35 @@
-"""Decoding passes on bf16 weights packed once per `generate` for oneDNN (benchmarks/RESULTS.md, "The step
+"""Decoding passes on weights packed once per `generate` for oneDNN (benchmarks/RESULTS.md, "The step
 against the machine's limit"): every `nn.Linear` on its packed weight, and transformers' Llama decoder
-layers in one function that computes q, k and v in one packed GEMM and rotates q and k together. Bit for bit
-the tokens and logits of plain `generate` under autocast (tests/test_fast_paths.py)."""
+layers in one function that computes q, k and v in one packed GEMM and rotates q and k together. In bf16
+(autocast) bit for bit the tokens and logits of plain `generate` under autocast; in fp32, where F.linear
+runs MKL's GEMM (the 49k-column LM head at 16 rows took 49 ms, oneDNN's packed 16), the same greedy tokens
+and logits within fp32 rounding (tests/test_fast_paths.py)."""
 
 import contextlib
 import functools
 
 
-def packed_weights_off(accelerator) -> str | None:
-    """Why `generate` cannot run on packed bf16 weights here, or None when it can."""
+def decoding_dtype(model, accelerator):
+    """The dtype `generate` computes in: bf16 under bf16 autocast, else the model's own."""
+    import torch
+
+    return torch.bfloat16 if accelerator.mixed_precision == "bf16" else model.dtype
+
+
+def packed_weights_off(accelerator, dtype) -> str | None:
+    """Why `generate` cannot run on weights packed in `dtype` here, or None when it can."""
     import torch
     from accelerate.utils import DistributedType
 
-    if accelerator.device.type != "cpu" or accelerator.mixed_precision != "bf16":
-        return "bf16 autocast on a CPU only"
+    if accelerator.device.type != "cpu":
+        return "a CPU only"
+    if dtype not in (torch.bfloat16, torch.float32):
+        return f"bf16 or fp32 only, not {str(dtype).removeprefix('torch.')}"
     if accelerator.distributed_type in (DistributedType.DEEPSPEED, DistributedType.FSDP):
         return "the weights are sharded"
-    if not (torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
+    if not torch.backends.mkldnn.is_available():
+        return "this torch has no oneDNN"
+    if dtype == torch.bfloat16 and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
         return "this torch has no oneDNN bf16 GEMM"
     return None
 
@@ -46,7 +59,7 @@ def qkv_apart(model) -> str | None:
     return None
 
 
-def decoding_layer(layer, qkv, rows: int):
+def decoding_layer(layer, qkv, rows: int, dtype):
     """`layer`'s forward for the decoding passes of `rows` rows (one token each, no gradients): its own
     modules, with q, k and v from `qkv` (their weights stacked and packed) and the rotary embedding applied to
     q and k in one go: the same ops on the same values as LlamaDecoderLayer and LlamaAttention (transformers
@@ -79,7 +92,7 @@ def decoding_layer(layer, qkv, rows: int):
                 **kwargs,
             )
         residual = hidden_states
-        x = layer.input_layernorm(hidden_states).to(torch.bfloat16)
+        x = layer.input_layernorm(hidden_states).to(dtype)
         states = torch.ops.mkldnn._linear_pointwise(x, qkv, None, "none", [], "")
         qk = states[..., : (heads + kv_heads) * dim].view(rows, 1, heads + kv_heads, dim).transpose(1, 2)
         value = states[..., (heads + kv_heads) * dim :].view(rows, 1, kv_heads, dim).transpose(1, 2)
@@ -106,23 +119,24 @@ def decoding_layer(layer, qkv, rows: int):
 
 
 @contextlib.contextmanager
-def packed_linears(model, rows: int):
+def packed_linears(model, rows: int, dtype):
     """Every `nn.Linear` of `model` computes its decoding passes (`rows` rows, one token a sequence; 0: none)
-    from its weight cast to bf16 and reordered once for oneDNN (F.linear under autocast reorders it at every
-    call): the same GEMM, bit for bit. Other shapes (the prefill) keep F.linear, whose kernel varies with the
-    row count, on the same bf16 copy. Llama decoder layers decode through decoding_layer, their q, k and v
-    packed as one weight (one GEMM of 960 columns took ~70 us at 16 rows, three ~135). No public API packs
-    in torch 2.13 (inductor's freezing also freezes the weights), so this calls the op inductor emits."""
+    from its weight cast to `dtype` (bf16 or fp32) and reordered once for oneDNN (F.linear under autocast
+    reorders it at every call): in bf16 the same GEMM, bit for bit. Other shapes (the prefill) keep F.linear,
+    whose kernel varies with the row count, on the same copy. Llama decoder layers decode through
+    decoding_layer, their q, k and v packed as one weight (one GEMM of 960 columns took ~70 us at 16 rows,
+    three ~135). No public API packs in torch 2.13 (inductor's freezing also freezes the weights), so this
+    calls the op inductor emits."""
     import torch
 
     def packed_forward(weight, packed, bias, x):  # autocast's F.linear, on weights cast once
-        x = x.to(torch.bfloat16)
+        x = x.to(dtype)
         if x.numel() != rows * x.shape[-1]:
             return torch.nn.functional.linear(x, weight, bias)
         return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
     def pack(weight):
-        return torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(torch.bfloat16), rows)
+        return torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(dtype), rows)
 
     modules = list(model.modules()) if rows else []
     layers = {m: vars(m).get("forward") for m in modules if fusable(m)}  # and a forward set before (compiled)
@@ -133,19 +147,19 @@ def packed_linears(model, rows: int):
         if type(m) is torch.nn.Linear and m.weight.device.type == "cpu" and id(m) not in stacked
     ]
     for m in linears:
-        weight = m.weight.detach().to(torch.bfloat16)
-        bias = None if m.bias is None else m.bias.detach().to(torch.bfloat16)
+        weight = m.weight.detach().to(dtype)
+        bias = None if m.bias is None else m.bias.detach().to(dtype)
         m.forward = functools.partial(packed_forward, weight, pack(weight), bias)
     for m in layers:
         qkv = torch.cat(
             [p.weight.detach() for p in (m.self_attn.q_proj, m.self_attn.k_proj, m.self_attn.v_proj)]
         )
-        m.forward = decoding_layer(m, pack(qkv), rows)
+        m.forward = decoding_layer(m, pack(qkv), rows, dtype)
     try:
         yield
     finally:
         for m in linears:
-            del m.forward  # back to the class's forward; the bf16 copies are freed
+            del m.forward  # back to the class's forward; the packed copies are freed
         for m, before in layers.items():
             if before is None:
                 del m.forward
