@@ -43,7 +43,7 @@ def eval_model(s: Setup, accelerator):
 
 
 def describe(cfg: dict[str, Any], run_dir: Path, s: Setup, accelerator) -> None:
-    from grpo_recipes.models.hardware import running_engine
+    from grpo_recipes.models.hardware import emulated_bf16_warning, running_engine
 
     n_params = sum(t.numel() for t in s.model.parameters()) / 1e6
     per_level = sum(r.get("eval_level") is not None for r in s.eval_rows)
@@ -62,6 +62,8 @@ def describe(cfg: dict[str, Any], run_dir: Path, s: Setup, accelerator) -> None:
         len(s.eval_rows) - per_level,
         f" (+{per_level} at the curriculum's levels)" if per_level else "",
     )
+    if warning := emulated_bf16_warning(s.hw, bool(s.args.bf16), s.model):
+        log.warning(warning)
 
 
 class Training(NamedTuple):
