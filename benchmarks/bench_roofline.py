@@ -256,8 +256,9 @@ def main() -> None:
 
     print(f"machine: {machine()}; commit {git_rev()}; torch threads {torch.get_num_threads()}")
     print(f"allocator: {malloc_tuning()} (GLIBC_TUNABLES= to measure without)")
-    # the dtype the step's GEMMs run in: bf16 under autocast or on bf16 weights, else fp32
-    compute = torch.bfloat16 if grpo.get("bf16") or model.dtype == torch.bfloat16 else torch.float32
+    # the dtype the step's GEMMs run in: bf16 (fp16) under autocast or on such weights, else fp32
+    compute = torch.float16 if grpo.get("fp16") or model.dtype == torch.float16 else torch.float32
+    compute = torch.bfloat16 if grpo.get("bf16") or model.dtype == torch.bfloat16 else compute
     peak, bandwidth = printed_peaks(model.config, device, compute, "before the steps")
 
     import tempfile

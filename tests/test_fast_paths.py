@@ -24,7 +24,7 @@ def generation_line(precision: str, rest: str = "q/k/v in one GEMM") -> str:
     """fast_generation's install line on a CPU in `precision` (accelerate's mixed_precision)."""
     if precision == "bf16":
         return f"generation under one autocast context, on packed bf16 weights, {rest}"
-    return f"generation in fp32, on packed fp32 weights, {rest}"
+    return f"generation without autocast, on packed fp32 weights, {rest}"
 
 
 @pytest.fixture(scope="module")
@@ -197,7 +197,7 @@ def test_generation_is_unchanged(tokenizer, rows, precision):
 
     AcceleratorState._reset_state(
         reset_partial_state=True
-    )  # as accelerate's own tests do: a fresh bf16 state
+    )  # as accelerate's own tests do: a fresh state for this precision
     plain = tiny_model(tokenizer, seed=2, hidden_size=64)
     fast = copy.deepcopy(plain)
     add_fused_lm_head(fast, outputs=("log_probs", "entropy"))
@@ -419,7 +419,7 @@ def test_packed_linears_compute_what_f_linear_computes():
             layer(x),
             layer(torch.randn(6, 5, 48, generator=torch.Generator().manual_seed(1))),
         )
-        with packed_decoding.packed_linears(layer, rows=6, dtype=torch.bfloat16):
+        with packed_decoding.packed_linears(layer, rows=6, cast=torch.bfloat16):
             assert "forward" in vars(layer)
             got = layer(x)
             prefill = layer(torch.randn(6, 5, 48, generator=torch.Generator().manual_seed(1)))
@@ -434,10 +434,55 @@ def test_packed_fp32_linears_compute_f_linear_within_fp32_rounding():
     layer = torch.nn.Linear(576, 960, bias=False)
     x, prompt = torch.randn(16, 1, 576), torch.randn(16, 5, 576)
     expected, expected_prefill = layer(x), layer(prompt)
-    with torch.no_grad(), packed_decoding.packed_linears(layer, rows=16, dtype=torch.float32):
+    with torch.no_grad(), packed_decoding.packed_linears(layer, rows=16):
+        assert "forward" in vars(layer)  # packed
         got, prefill = layer(x), layer(prompt)
     assert got.dtype == torch.float32 and torch.equal(prefill, expected_prefill)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_linear_whose_forward_was_replaced_keeps_it(tokenizer):
+    """TRL's `cast_lm_head_to_fp32` replaces the LM head's forward on the instance: packing leaves that
+    Linear alone, and its forward is still TRL's after `generate`."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    model = tiny_model(tokenizer, seed=2, hidden_size=64)
+    calls = []
+    head = model.lm_head
+    head.forward = lambda x: (
+        calls.append(x.shape) or torch.nn.functional.linear(x.float(), head.weight.float())
+    )
+    replaced = head.forward
+    fast_generation.fast_generation(model, Accelerator(cpu=True, mixed_precision="no"))
+    enc = tokenizer(["9", "9"], return_tensors="pt")
+    with torch.no_grad():
+        model.generate(**enc, max_new_tokens=3, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+    assert vars(head)["forward"] is replaced and len(calls) >= 3  # every pass through TRL's head
+
+
+def test_bf16_weights_without_autocast_decode_in_bf16_or_say_why_not(tokenizer):
+    """bf16 weights and no autocast (model.dtype=bf16, grpo.bf16=false): packed as bf16 where oneDNN packs
+    bf16, else unpacked with the reason; the greedy tokens of plain `generate` either way."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    plain = tiny_model(tokenizer, seed=2, hidden_size=64).to(torch.bfloat16)
+    fast = copy.deepcopy(plain)
+    installed = fast_generation.fast_generation(fast, Accelerator(cpu=True, mixed_precision="no"))
+    if PACKS_BF16:
+        assert installed == "generation without autocast, on packed bf16 weights, q/k/v in one GEMM"
+    else:
+        assert installed == (
+            "generation without autocast, packed weights off: oneDNN has no bf16 GEMM on this CPU "
+            "(no AVX-512 or AMX)"
+        )
+    enc = tokenizer(["<|im_start|>user\n12+7?<|im_end|>\n", "9"], return_tensors="pt", padding=True)
+    kwargs = {"max_new_tokens": 10, "do_sample": False, "pad_token_id": tokenizer.pad_token_id}
+    with torch.no_grad():
+        assert torch.equal(fast.generate(**enc, **kwargs), plain.generate(**enc, **kwargs))
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
@@ -772,7 +817,7 @@ def test_generation_that_cannot_pack_says_why_and_true_refuses(tokenizer, tmp_pa
     with pytest.raises(ConfigError, match="grpo.fast_paths=true: packed weights off: no oneDNN here"):
         fast_paths.install(trainer, strict=True)
     assert not getattr(trainer.model.generate, "_fast", False)
-    where = "generation under one autocast context" if PACKS_BF16 else "generation in fp32"
+    where = "generation under one autocast context" if PACKS_BF16 else "generation without autocast"
     assert fast_paths.install(trainer)[0] == f"{where}, packed weights off: no oneDNN here"
 
 

@@ -290,8 +290,8 @@ def test_a_half_precision_full_fine_tune_warns_with_the_share_of_weights_adamw_c
 
 
 def test_bf16_asked_for_on_a_cpu_without_it_warns_that_it_is_emulated():
-    """grpo.bf16=true or model.dtype=bf16 on a CPU without AMX / AVX-512-BF16: one line, since `auto` there
-    picks fp32 and emulated bf16 GEMMs are ~50x slower; silent where bf16 is native, on a GPU, or in fp32."""
+    """grpo.bf16=true or bf16 weights on a CPU without AMX / AVX-512-BF16: one line, since `auto` there picks
+    fp32 and emulated bf16 GEMMs are ~50x slower; silent where bf16 is native, on a GPU, or in fp32."""
     import torch
 
     from grpo_recipes.models.hardware import emulated_bf16_warning
@@ -300,10 +300,8 @@ def test_bf16_asked_for_on_a_cpu_without_it_warns_that_it_is_emulated():
     avx2, amx = Hardware(gpu=False, bf16=False, world_size=1), Hardware(gpu=False, bf16=True, world_size=1)
     said = emulated_bf16_warning(avx2, True, fp32)
     assert said.startswith("grpo.bf16=true: this CPU has no native bf16 (AMX or AVX-512-BF16)")
-    assert said.endswith("leave grpo.bf16 and model.dtype at their defaults for fp32")
-    assert emulated_bf16_warning(avx2, False, bf16).startswith(
-        "model.dtype=bf16: this CPU has no native bf16"
-    )
+    assert said.endswith("grpo.bf16=false model.dtype=fp32 computes in fp32")
+    assert emulated_bf16_warning(avx2, False, bf16).startswith("bf16 weights: this CPU has no native bf16")
     assert emulated_bf16_warning(avx2, False, fp32) is None  # auto's fp32
     assert emulated_bf16_warning(amx, True, bf16) is None
     assert emulated_bf16_warning(Hardware(gpu=True, bf16=False, world_size=1), True, fp32) is None

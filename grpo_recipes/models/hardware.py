@@ -227,18 +227,19 @@ def half_precision_warning(model, model_cfg: dict[str, Any], learning_rate: floa
 
 
 def emulated_bf16_warning(hw: Hardware, bf16_autocast: bool, model) -> str | None:
-    """One line when a CPU run computes in bf16 that the CPU lacks (no AMX or AVX-512-BF16): asked for with
-    grpo.bf16=true or model.dtype=bf16, where `auto` picks fp32. On a 2-core AVX2 AMD EPYC bf16 GEMMs ran at
-    ~1 GFLOP/s against fp32's ~60-70 (benchmarks/RESULTS.md, "fp32 generation on packed weights")."""
+    """One line when a CPU run computes in bf16 that the CPU lacks (no AMX or AVX-512-BF16): grpo.bf16=true,
+    or bf16 weights (model.dtype=bf16, or `auto` on a checkpoint trained in bf16). On a 2-core AVX2 AMD EPYC
+    bf16 GEMMs ran at ~1 GFLOP/s against fp32's ~60-70 (benchmarks/RESULTS.md, "fp32 generation on packed
+    weights")."""
     import torch
 
     half = any(p.dtype == torch.bfloat16 for p in model.parameters())
     if hw.gpu or hw.bf16 or not (bf16_autocast or half):
         return None
-    asked = "grpo.bf16=true" if bf16_autocast else "model.dtype=bf16"
+    asked = "grpo.bf16=true" if bf16_autocast else "bf16 weights"
     return (
         f"{asked}: this CPU has no native bf16 (AMX or AVX-512-BF16), so its bf16 matrix multiplies are "
-        "emulated, ~50x slower than fp32 here; leave grpo.bf16 and model.dtype at their defaults for fp32"
+        "emulated (~50x slower than fp32 on an AVX2 CPU); grpo.bf16=false model.dtype=fp32 computes in fp32"
     )
 
 

@@ -8,20 +8,27 @@ the recipe's attention reads (train/attention.py). Greedy outputs are token-iden
 import functools
 
 from grpo_recipes.train.attention import SAMPLING
-from grpo_recipes.train.packed_decoding import decoding_dtype, packed_linears, packed_weights_off, qkv_apart
+from grpo_recipes.train.packed_decoding import (
+    autocast_dtype,
+    decoding_dtypes,
+    dtype_names,
+    packed_linears,
+    packed_weights_off,
+    qkv_apart,
+)
 
 
-def buffered_cache(model, dtype):
-    """A DynamicCache whose layers keep keys and values in `dtype` (the autocast dtype SDPA casts them to:
-    the same values) in buffers grown by doubling, where DynamicLayer concatenates the whole cache at every
-    token. None for models with other kinds of layers (sliding windows, ...)."""
+def buffered_cache(model, dtype=None):
+    """A DynamicCache whose layers keep keys and values in `dtype` (the autocast dtype SDPA casts them to: the
+    same values; None: their own) in buffers grown by doubling, where DynamicLayer concatenates the whole
+    cache at every token. None for models with other kinds of layers (sliding windows, ...)."""
     from transformers.cache_utils import DynamicCache, DynamicLayer
 
     class BufferedLayer(DynamicLayer):
         def update(self, key_states, value_states, *args, **kwargs):
             if not self.is_initialized:
                 self.lazy_initialization(key_states, value_states)
-                self.dtype, self.buffers = dtype, None
+                self.dtype, self.buffers = dtype or key_states.dtype, None
             n, add = self.get_seq_length(), key_states.shape[-2]
             # (re)allocate: first use, full, or keys replaced by another Cache method (batch select, reorder)
             if (
@@ -32,7 +39,7 @@ def buffered_cache(model, dtype):
                 old = (self.keys, self.values) if n else None
                 size = max(2 * (n + add), 64)
                 shapes = [(*x.shape[:-2], size, x.shape[-1]) for x in (key_states, value_states)]
-                self.buffers = [key_states.new_empty(shape, dtype=dtype) for shape in shapes]
+                self.buffers = [key_states.new_empty(shape, dtype=self.dtype) for shape in shapes]
                 for buffer, x in zip(self.buffers, old or ()):
                     buffer[..., :n, :] = x
             for buffer, x in zip(self.buffers, (key_states, value_states)):
@@ -81,10 +88,10 @@ def fill_distinct_prefixes(model, cache, kwargs: dict, length: int, numbered: bo
     return True
 
 
-def prefilled_cache(model, kwargs: dict, dtype):
-    """The buffered cache (in the decoding dtype) for a `generate` call, holding all but the last token of
-    each distinct prompt (computed once): `generate` then computes only the last prompt token onwards. Left
-    empty where the prompts are distinct (the fixed eval)."""
+def prefilled_cache(model, kwargs: dict, dtype=None):
+    """The buffered cache (in autocast's dtype; None: the keys' own) for a `generate` call, holding all but
+    the last token of each distinct prompt (computed once): `generate` then computes only the last prompt
+    token onwards. Left empty where the prompts are distinct (the fixed eval)."""
     cache = buffered_cache(model, dtype)
     if cache is not None and sequences_per_prompt(kwargs) == 1:
         fill_distinct_prefixes(model, cache, kwargs, kwargs["input_ids"].size(1) - 1, numbered=True)
@@ -129,8 +136,8 @@ def fast_generation(model, accelerator) -> str:
         return "generation under one autocast context off: fp32, no weight is cast"
     import torch
 
-    dtype = decoding_dtype(model, accelerator)
-    why_not_packed = packed_weights_off(accelerator, dtype)
+    cast, dtypes = autocast_dtype(accelerator), decoding_dtypes(model, accelerator)
+    why_not_packed = packed_weights_off(accelerator, dtypes)
     # On a CPU generate runs in inference mode: bit for bit no_grad's tokens, ~10 % less time a decoding pass
     # (no autograd bookkeeping on ~2,000 small ops); its outputs are copied out as normal tensors.
     on_cpu = accelerator.device.type == "cpu"
@@ -150,11 +157,11 @@ def fast_generation(model, accelerator) -> str:
             # a cache handed in (static_cache.py's) outlives the call: its tensors stay normal ones
             inference = torch.inference_mode(on_cpu and kwargs.get("past_key_values") is None)
             try:
-                with accelerator.autocast(), packed_linears(model, rows=rows, dtype=dtype), inference:
-                    # the prefill runs F.linear on the weights cast to dtype (what was packed)
+                with accelerator.autocast(), packed_linears(model, rows=rows, cast=cast), inference:
+                    # the prefill runs F.linear on the weights as they were packed (cast under autocast)
                     own_cache = pack and not asked and kwargs.get("use_cache", True)
                     if own_cache and kwargs.get("past_key_values") is None:
-                        kwargs["past_key_values"] = prefilled_cache(model, kwargs, dtype)
+                        kwargs["past_key_values"] = prefilled_cache(model, kwargs, cast)
                     out = generate(*args, **kwargs)
             finally:
                 SAMPLING.reset(sampling)
@@ -162,11 +169,10 @@ def fast_generation(model, accelerator) -> str:
 
         fast_generate._fast = True
         model.generate = fast_generate
-    where = "generation under one autocast context" if autocast else "generation in fp32"
+    where = "generation under one autocast context" if autocast else "generation without autocast"
     if why_not_packed:
         return f"{where}, packed weights off: {why_not_packed}"
     apart = qkv_apart(model)
-    named = "bf16" if dtype == torch.bfloat16 else "fp32"  # packed_weights_off admits only these
-    return f"{where}, on packed {named} weights, " + (
+    return f"{where}, on packed {dtype_names(dtypes)} weights, " + (
         f"q/k/v in one GEMM off: {apart}" if apart else "q/k/v in one GEMM"
     )

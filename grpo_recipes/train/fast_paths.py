@@ -13,7 +13,7 @@ from grpo_common.errors import ConfigError
 from grpo_recipes.models.hardware import host_memory_bytes
 from grpo_recipes.train.attention import matmuls_faster_at_one_query, recipe_attention
 from grpo_recipes.train.fast_generation import fast_generation, shared_prompt_cache
-from grpo_recipes.train.packed_decoding import decoding_dtype, packed_weights_off
+from grpo_recipes.train.packed_decoding import decoding_dtypes, packed_weights_off
 from grpo_recipes.train.static_cache import static_cache_generation
 
 TESTED_TRL = ("1.16.0",)
@@ -222,7 +222,7 @@ def fast_paths_by_mode(trainer, mode: bool | str | None) -> str:
 
 def install(trainer, strict: bool = False) -> list[str]:
     accelerator = trainer.accelerator
-    why = packed_weights_off(accelerator, decoding_dtype(trainer.model, accelerator))
+    why = packed_weights_off(accelerator, decoding_dtypes(trainer.model, accelerator))
     if strict and why and accelerator.device.type == "cpu":
         raise ConfigError(f"grpo.fast_paths=true: packed weights off: {why}; auto goes without")
     installed = [fast_generation(trainer.model, accelerator)]

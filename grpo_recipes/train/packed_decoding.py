@@ -9,28 +9,46 @@ import contextlib
 import functools
 
 
-def decoding_dtype(model, accelerator):
-    """The dtype `generate` computes in: bf16 under bf16 autocast, else the model's own."""
+def autocast_dtype(accelerator):
+    """The dtype autocast computes `generate`'s linears in, or None without autocast (each in its
+    weight's)."""
     import torch
 
-    return torch.bfloat16 if accelerator.mixed_precision == "bf16" else model.dtype
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(accelerator.mixed_precision)
 
 
-def packed_weights_off(accelerator, dtype) -> str | None:
-    """Why `generate` cannot run on weights packed in `dtype` here, or None when it can."""
+def decoding_dtypes(model, accelerator) -> set:
+    """The dtypes `generate`'s linears compute in: the autocast dtype, else each weight's own (a LoRA model on
+    bf16 weights keeps fp32 adapters)."""
+    import torch
+
+    cast = autocast_dtype(accelerator)
+    return {cast} if cast else {m.weight.dtype for m in model.modules() if type(m) is torch.nn.Linear}
+
+
+def dtype_names(dtypes) -> str:
+    """bf16, fp32, ... for a log line."""
+    import torch
+
+    short = {torch.bfloat16: "bf16", torch.float32: "fp32", torch.float16: "fp16"}
+    return " and ".join(sorted(short.get(d, str(d).removeprefix("torch.")) for d in dtypes))
+
+
+def packed_weights_off(accelerator, dtypes) -> str | None:
+    """Why `generate` cannot run on weights packed in `dtypes` here, or None when it can."""
     import torch
     from accelerate.utils import DistributedType
 
     if accelerator.device.type != "cpu":
         return "a CPU only"
-    if dtype not in (torch.bfloat16, torch.float32):
-        return f"bf16 or fp32 only, not {str(dtype).removeprefix('torch.')}"
+    if other := set(dtypes) - {torch.bfloat16, torch.float32}:
+        return f"bf16 or fp32 only, not {dtype_names(other)}"
     if accelerator.distributed_type in (DistributedType.DEEPSPEED, DistributedType.FSDP):
         return "the weights are sharded"
     if not torch.backends.mkldnn.is_available():
         return "this torch has no oneDNN"
-    if dtype == torch.bfloat16 and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
-        return "this torch has no oneDNN bf16 GEMM"
+    if torch.bfloat16 in dtypes and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        return "oneDNN has no bf16 GEMM on this CPU (no AVX-512 or AMX)"
     return None
 
 
@@ -44,7 +62,9 @@ def fusable(layer) -> bool:
     if type(layer) is not llama.LlamaDecoderLayer or type(attention) is not llama.LlamaAttention:
         return False
     projections = (attention.q_proj, attention.k_proj, attention.v_proj)
-    plain = all(type(m) is torch.nn.Linear and m.bias is None for m in projections)
+    plain = all(
+        type(m) is torch.nn.Linear and m.bias is None and "forward" not in vars(m) for m in projections
+    )
     return plain and attention.q_proj.weight.device.type == "cpu" and type(layer.mlp) is llama.LlamaMLP
 
 
@@ -119,24 +139,25 @@ def decoding_layer(layer, qkv, rows: int, dtype):
 
 
 @contextlib.contextmanager
-def packed_linears(model, rows: int, dtype):
+def packed_linears(model, rows: int, cast=None):
     """Every `nn.Linear` of `model` computes its decoding passes (`rows` rows, one token a sequence; 0: none)
-    from its weight cast to `dtype` (bf16 or fp32) and reordered once for oneDNN (F.linear under autocast
-    reorders it at every call): in bf16 the same GEMM, bit for bit. Other shapes (the prefill) keep F.linear,
-    whose kernel varies with the row count, on the same copy. Llama decoder layers decode through
-    decoding_layer, their q, k and v packed as one weight (one GEMM of 960 columns took ~70 us at 16 rows,
-    three ~135). No public API packs in torch 2.13 (inductor's freezing also freezes the weights), so this
-    calls the op inductor emits."""
+    from its weight cast to `cast` (autocast's dtype; None: its own, bf16 or fp32) and reordered once for
+    oneDNN (F.linear under autocast reorders it at every call): in bf16 the same GEMM, bit for bit. Other
+    shapes (the prefill) keep F.linear, whose kernel varies with the row count, on the same copy. A Linear
+    whose forward was replaced (TRL's fp32 LM head, `cast_lm_head_to_fp32`) keeps it. Llama decoder layers
+    decode through decoding_layer, their q, k and v packed as one weight (one GEMM of 960 columns took ~70 us
+    at 16 rows, three ~135). No public API packs in torch 2.13 (inductor's freezing also freezes the weights),
+    so this calls the op inductor emits."""
     import torch
 
     def packed_forward(weight, packed, bias, x):  # autocast's F.linear, on weights cast once
-        x = x.to(dtype)
+        x = x.to(weight.dtype)
         if x.numel() != rows * x.shape[-1]:
             return torch.nn.functional.linear(x, weight, bias)
         return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
     def pack(weight):
-        return torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(dtype), rows)
+        return torch.ops.mkldnn._reorder_linear_weight(weight, rows)
 
     modules = list(model.modules()) if rows else []
     layers = {m: vars(m).get("forward") for m in modules if fusable(m)}  # and a forward set before (compiled)
@@ -144,16 +165,19 @@ def packed_linears(model, rows: int, dtype):
     linears = [
         m
         for m in modules
-        if type(m) is torch.nn.Linear and m.weight.device.type == "cpu" and id(m) not in stacked
+        if type(m) is torch.nn.Linear
+        and m.weight.device.type == "cpu"
+        and id(m) not in stacked
+        and "forward" not in vars(m)
     ]
     for m in linears:
-        weight = m.weight.detach().to(dtype)
-        bias = None if m.bias is None else m.bias.detach().to(dtype)
+        weight = m.weight.detach().to(cast or m.weight.dtype)
+        bias = None if m.bias is None else m.bias.detach().to(weight.dtype)
         m.forward = functools.partial(packed_forward, weight, pack(weight), bias)
     for m in layers:
-        qkv = torch.cat(
-            [p.weight.detach() for p in (m.self_attn.q_proj, m.self_attn.k_proj, m.self_attn.v_proj)]
-        )
+        projections = (m.self_attn.q_proj, m.self_attn.k_proj, m.self_attn.v_proj)
+        dtype = cast or m.self_attn.q_proj.weight.dtype
+        qkv = torch.cat([p.weight.detach().to(dtype) for p in projections])
         m.forward = decoding_layer(m, pack(qkv), rows, dtype)
     try:
         yield
