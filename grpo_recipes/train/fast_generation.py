@@ -1,6 +1,6 @@
 """Generation and attention on a CPU for GRPOTrainer and the fixed eval (benchmarks/RESULTS.md, "The step
-against the machine's limit"): one autocast context (in fp32 none) in inference mode, weights packed once
-per `generate` for oneDNN's decode GEMMs (train/packed_decoding.py), a KV cache in buffers, each distinct
+against the machine's limit"): one autocast context (none in an fp32 run) in inference mode, weights packed
+once per `generate` for oneDNN's decode GEMMs (train/packed_decoding.py), a KV cache in buffers, each distinct
 prompt prefilled once, in generation and (with gradients) in the training passes; it sets the sampling flag
 the recipe's attention reads (train/attention.py). Greedy outputs are token-identical to plain `generate`
 (under autocast in bf16; tests/test_fast_paths.py)."""
