@@ -303,9 +303,8 @@ def main() -> None:
         trainer.add_callback(Snapshot())
         trainer.train()
 
-    gemm, reads = printed_peaks(
-        model.config, device, compute, "after the steps"
-    )  # the bound takes the higher of each
+    # the bound takes the higher of each
+    gemm, reads = printed_peaks(model.config, device, compute, "after the steps")
     peak, bandwidth = max(peak, gemm), max(bandwidth, reads)
 
     skip = min(2, len(per_step) - 1)  # medians from step 3 on: the first steps warm caches (and compile)
