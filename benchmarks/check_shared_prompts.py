@@ -26,7 +26,7 @@ def main() -> None:
     from grpo_common.formats import get_format
     from grpo_recipes.models.loading import ensure_embedded
     from grpo_recipes.train.attention import recipe_attention
-    from grpo_recipes.train.fast_paths import completion_logprob_head
+    from grpo_recipes.train.completion_head import completion_logprob_head
 
     path = ensure_embedded("smollm2-135m-instruct")
     tokenizer = AutoTokenizer.from_pretrained(path)

@@ -9,8 +9,8 @@ import torch
 
 from grpo_common.errors import ConfigError
 from grpo_recipes.models.tiny import tiny_model, tiny_tokenizer
-from grpo_recipes.train import attention, fast_generation, fast_paths, packed_decoding
-from grpo_recipes.train.fast_paths import completion_logprob_head
+from grpo_recipes.train import attention, completion_head, fast_generation, fast_paths, packed_decoding
+from grpo_recipes.train.completion_head import completion_logprob_head
 from grpo_recipes.train.static_cache import static_cache_generation
 
 # oneDNN packs bf16 weights only on CPUs with AVX-512 or AMX; fp32 ones everywhere (an AVX2-only AMD EPYC
@@ -127,7 +127,9 @@ def test_each_distinct_prompt_goes_through_the_training_pass_once(tokenizer, bf1
     rows = decoder_calls(ours)
     expected, expected_grads = score(trl_model, ids, mask, labels, bf16)
     got, grads = score(ours, ids, mask, labels, bf16)
-    assert rows == [(2, 6), (6, 6)]  # 2 prompts of 6 columns, then 6 rows of the last prompt token + 5
+    # 2 prompts of 6 columns, then the 6 rows' last prompt token and completion to its last scored token
+    # (5, 5, 5, 5, 2 and 1 tokens) packed into 5 rows of 5
+    assert rows == [(2, 6), (5, 5)]
     assert torch.equal(got.label_mask, expected.label_mask)
     # bf16 GEMMs of 2 rows and of 6 round alike with oneDNN on AVX-512 / AMX, not on AVX2 (~1e-3 apart)
     atol = 1e-5 if not bf16 or PACKS_BF16 else 2e-3
@@ -159,12 +161,12 @@ def test_activation_checkpointing_keeps_the_whole_rows(tokenizer):
 def test_token_logprobs_in_chunks_match_log_softmax(monkeypatch, temperature):
     """The chunked log-softmax (two sequences a chunk here) gives log_softmax's log-probs, entropy and
     gradient."""
-    monkeypatch.setattr(fast_paths, "CHUNK_ELEMENTS", 2 * 7 * 50)
+    monkeypatch.setattr(completion_head, "CHUNK_ELEMENTS", 2 * 7 * 50)
     gen = torch.Generator().manual_seed(0)
     logits = (3 * torch.randn(5, 7, 50, generator=gen)).requires_grad_()
     targets = torch.randint(0, 50, (5, 7), generator=gen)
     weights = torch.randn(5, 7, generator=gen)
-    picked, entropy = fast_paths.token_logprobs().apply(logits, targets, temperature)
+    picked, entropy = completion_head.token_logprobs().apply(logits, targets, temperature)
     (picked * weights).sum().backward()
     got_grad, logits.grad = logits.grad, None
 
@@ -177,7 +179,7 @@ def test_token_logprobs_in_chunks_match_log_softmax(monkeypatch, temperature):
 
 
 def test_large_micro_batches_keep_trls_head(tokenizer, monkeypatch):
-    monkeypatch.setattr(fast_paths, "host_memory_bytes", lambda: 10 * 16 * 4)  # 10 logits: fewer than scored
+    monkeypatch.setattr(completion_head, "host_memory_bytes", lambda: 10 * 16 * 4)  # 10 logits: fewer than scored
     trl_model, ours = heads(tokenizer, 1.0)
     ids, mask, labels = batch(len(tokenizer))
     expected, expected_grads = score(trl_model, ids, mask, labels, False)
@@ -760,10 +762,10 @@ def test_apply_installs_what_fits_the_trainer(tokenizer, tmp_path, monkeypatch):
         "eager attention with gradients, matmuls in sampled decoding",
         "decoder layers compiled for the training passes off: activation checkpointing is on",
     ]
-    assert trainer.model.forward.__func__.__code__.co_filename == fast_paths.__file__  # our head over TRL's
+    assert trainer.model.forward.__func__.__code__.co_filename == completion_head.__file__  # our head over TRL's
     with_reference = grpo_trainer(tokenizer, tmp_path, beta=0.04)  # TRL keeps a reference model
     assert "completion-only log-prob head" in fast_paths.install(with_reference)
-    assert with_reference.ref_model.forward.__func__.__code__.co_filename == fast_paths.__file__
+    assert with_reference.ref_model.forward.__func__.__code__.co_filename == completion_head.__file__
     assert fast_paths.install(grpo_trainer(tokenizer, tmp_path, entropy_coef=0.01)) == [
         generation_line(precision),
         "completion-only log-prob head off: the entropy bonus needs TRL's head",
@@ -772,7 +774,7 @@ def test_apply_installs_what_fits_the_trainer(tokenizer, tmp_path, monkeypatch):
         "decoder layers compiled for the training passes off: activation checkpointing is on",
     ]  # each speed-up that cannot apply says why
     # A model TRL did not patch is left alone.
-    assert fast_paths.completion_logprob_head(tiny_model(tokenizer), temperature=1.0) is False
+    assert completion_head.completion_logprob_head(tiny_model(tokenizer), temperature=1.0) is False
 
 
 def test_sampled_decoding_attends_with_the_faster_kernel_here(tokenizer, tmp_path, monkeypatch):

@@ -72,6 +72,19 @@ RECIPE_ATTENTION = "sdpa, eager with gradients"  # recipe_attention's name
 EAGER_ATTENTION_BYTES = 2 * 2**30
 
 
+def eager_with_gradients(model, scores: int) -> bool:
+    """Whether the recipe's attention runs eager in this pass over `scores` query-key pairs a head: a pass
+    with gradients whose probabilities, all layers (one at a time under activation checkpointing), fit
+    EAGER_ATTENTION_BYTES. It attends with the mask's kind: float for eager, boolean for SDPA."""
+    import torch
+
+    if not torch.is_grad_enabled():
+        return False
+    # a walk over every module: asked only in passes with gradients
+    layers = 1 if model.is_activation_checkpointing else model.config.num_hidden_layers
+    return scores * 6 * model.config.num_attention_heads * layers <= EAGER_ATTENTION_BYTES
+
+
 def recipe_attention(model, matmuls: bool = True) -> str | None:
     """Eager attention in passes with gradients whose attention weights fit EAGER_ATTENTION_BYTES (SDPA's CPU
     flash backward is ~3x eager's), with `matmuls` decode_attention in the decoding passes of a sampling
@@ -91,14 +104,8 @@ def recipe_attention(model, matmuls: bool = True) -> str | None:
     if eager is None:  # each model's modeling file defines its own (softcapping, sinks, ...)
         return f"{type(model).__name__} has no eager_attention_forward"
 
-    def kept_bytes(scores: int) -> int:  # a walk over every module: asked only in passes with gradients
-        layers = 1 if model.is_activation_checkpointing else model.config.num_hidden_layers
-        return scores * 6 * model.config.num_attention_heads * layers
-
     def mask(batch_size, q_length, kv_length, *args, **kwargs):  # float for eager, boolean (or none): SDPA
-        eager_here = (
-            torch.is_grad_enabled() and kept_bytes(batch_size * q_length * kv_length) <= EAGER_ATTENTION_BYTES
-        )
+        eager_here = eager_with_gradients(model, batch_size * q_length * kv_length)
         return (eager_mask if eager_here else sdpa_mask)(batch_size, q_length, kv_length, *args, **kwargs)
 
     def attention(module, query, key, value, attention_mask, **kwargs):

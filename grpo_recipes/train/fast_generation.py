@@ -60,10 +60,11 @@ def sequences_per_prompt(kwargs: dict) -> int:
     return kwargs.get("num_return_sequences") or getattr(config, "num_return_sequences", None) or 1
 
 
-def fill_distinct_prefixes(model, cache, kwargs: dict, length: int, numbered: bool) -> bool:
+def fill_distinct_prefixes(model, cache, kwargs: dict, length: int, numbered: bool, expand: bool = True):
     """Fill `cache` with the first `length` columns of each distinct row of the inputs' ids and mask, computed
-    once, and expand it to every row (GRPO repeats each prompt `num_generations` times); False, the cache
-    untouched, where no row repeats or the inputs hold more than ids and a mask (images, token types, ...).
+    once, and, with `expand`, expand it to every row (GRPO repeats each prompt `num_generations` times).
+    Returns each row's distinct row (indices into the cache's rows), or None, the cache untouched, where no
+    row repeats or the inputs hold more than ids and a mask (images, token types, ...).
     `numbered`: positions from the mask, as `generate` numbers left padding; else from the first column, as
     the model numbers them without position_ids (TRL's training passes). The decoder body only: its logits
     would be thrown away, and the head's [rows, 1, hidden] slice takes a batched GEMM on a copy of the
@@ -74,18 +75,19 @@ def fill_distinct_prefixes(model, cache, kwargs: dict, length: int, numbered: bo
     ids, mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
     others = any(torch.is_tensor(v) for k, v in kwargs.items() if k not in ("input_ids", "attention_mask"))
     if others or mask is None or length < 1:
-        return False
+        return None
     both = torch.cat([ids[:, :length], mask[:, :length]], dim=1)
     unique, rows = torch.unique(both, dim=0, return_inverse=True)
     if len(unique) == len(ids):
-        return False
+        return None
     ids, mask = unique[:, :length], unique[:, length:]
     positions = {"position_ids": (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)} if numbered else {}
     body = model.get_decoder()
     head = {"logits_to_keep": 1} if hasattr(body, "generate") else {}
     body(input_ids=ids, attention_mask=mask, past_key_values=cache, **positions, **head)
-    cache.batch_select_indices(rows)
-    return True
+    if expand:
+        cache.batch_select_indices(rows)
+    return rows
 
 
 def prefilled_cache(model, kwargs: dict, dtype=None):
@@ -99,17 +101,18 @@ def prefilled_cache(model, kwargs: dict, dtype=None):
 
 
 def shared_prompt_cache(model, kwargs: dict, length: int):
-    """For a training pass (`kwargs`: the model's inputs): a DynamicCache of the first `length` columns (the
-    prompts, left-padded to one length) of each distinct row, computed once with gradients and expanded to
-    every row; the pass then runs the rest of each row on it (the 8 copies of each prompt are about half a
-    default step's training FLOPs). None where no row repeats, under activation checkpointing (checkpointed
-    layers drop a cache) or where the model's cache has other kinds of layers."""
+    """For a training pass (`kwargs`: the model's inputs): (cache, rows), a DynamicCache of the first `length`
+    columns (the prompts, left-padded to one length) of each distinct row, computed once with gradients, and
+    each row's index into it (the 8 copies of each prompt are about half a default step's training FLOPs).
+    None where no row repeats, under activation checkpointing (checkpointed layers drop a cache) or where the
+    model's cache has other kinds of layers."""
     from transformers.cache_utils import DynamicCache, DynamicLayer
 
     cache = DynamicCache(config=model.config)
     if model.is_activation_checkpointing or not all(type(layer) is DynamicLayer for layer in cache.layers):
         return None
-    return cache if fill_distinct_prefixes(model, cache, kwargs, length, numbered=False) else None
+    rows = fill_distinct_prefixes(model, cache, kwargs, length, numbered=False, expand=False)
+    return None if rows is None else (cache, rows)
 
 
 def normal_tensors(out):

@@ -1,122 +1,20 @@
 """CPU speed-ups for GRPOTrainer (benchmarks/RESULTS.md, "The step against the machine's limit"): the fast
 generation of train/fast_generation.py; completion log-probs from the model's own logits, each distinct
-prompt once; eager attention where gradients flow, matmuls in sampled decoding where faster here; decoder
-layers compiled for the passes with gradients (`grpo.compile_layers`). The head stands in for a TRL
-internal, so `grpo.fast_paths: auto` installs them only on the TRL versions they were tested on
-(TESTED_TRL)."""
+prompt once and the completions packed (train/completion_head.py); eager attention where gradients flow,
+matmuls in sampled decoding where faster here; decoder layers compiled for the passes with gradients
+(`grpo.compile_layers`). The head stands in for a TRL internal, so `grpo.fast_paths: auto` installs them only
+on the TRL versions they were tested on (TESTED_TRL)."""
 
 import functools
-import inspect
-import types
 
 from grpo_common.errors import ConfigError
-from grpo_recipes.models.hardware import host_memory_bytes
 from grpo_recipes.train.attention import matmuls_faster_at_one_query, recipe_attention
-from grpo_recipes.train.fast_generation import fast_generation, shared_prompt_cache
+from grpo_recipes.train.completion_head import completion_logprob_head
+from grpo_recipes.train.fast_generation import fast_generation
 from grpo_recipes.train.packed_decoding import decoding_dtypes, packed_weights_off
 from grpo_recipes.train.static_cache import static_cache_generation
 
 TESTED_TRL = ("1.16.0",)
-
-
-def completion_logprob_head(model, temperature: float, share_prompts: bool = True) -> bool:
-    """Wrap a model patched by TRL's `add_fused_lm_head`: a `fused_lm_head=True` call on a CPU computes the
-    same `FusedCausalLMOutput` from the completion positions' logits only, in the autocast dtype (without
-    Triton TRL's head projects every position, prompts included, in fp32 tiles), and, with `share_prompts`,
-    each distinct prompt once (shared_prompt_cache). Other calls go to TRL's head unchanged. Returns False,
-    changing nothing, without TRL's head."""
-    import torch
-    from trl.trainer.utils import FusedCausalLMOutput
-
-    fused_forward = model.forward  # TRL's: the original forward when fused_lm_head is False
-    if not _has_trl_head(fused_forward):
-        return False
-    # Completion logits a micro-batch may have for the direct head: a sixteenth of the host's memory at 4
-    # bytes a logit (the bf16 logits and their gradient); above it, TRL's memory-lean head is kept.
-    max_logits = host_memory_bytes() // 16 // 4
-
-    # The class's signature, as TRL keeps it: `generate` decides which inputs to pass (position_ids for
-    # left padding, logits_to_keep) from it.
-    @functools.wraps(type(model).forward)
-    def forward(self, *args, fused_lm_head: bool = False, labels=None, **kwargs):
-        keep = 0
-        plain = args or kwargs.get("shift_labels") is not None or kwargs.get("output_router_logits")
-        if fused_lm_head and labels is not None and labels.device.type == "cpu" and not plain:
-            valid = labels[:, 1:] != -100  # next-token labels, as TRL's head scores them
-            scored = valid.any(0).nonzero()
-            first = int(scored[0]) if len(scored) else valid.size(1)
-            keep = valid.size(1) - first
-        if not 0 < keep or labels.size(0) * keep * self.config.get_text_config().vocab_size > max_logits:
-            return fused_forward(*args, fused_lm_head=fused_lm_head, labels=labels, **kwargs)
-
-        num_items = kwargs.pop("num_items_in_batch", None)
-        kwargs.pop("logits_to_keep", None)  # the head decides which positions it needs
-        kwargs["use_cache"] = False
-        shared = shared_prompt_cache(self, kwargs, first) if share_prompts else None
-        if shared is not None:
-            kwargs |= {"input_ids": kwargs["input_ids"][:, first:], "past_key_values": shared}
-        logits = fused_forward(logits_to_keep=keep + 1, **kwargs).logits[:, :-1]
-        targets = labels[:, first + 1 :]
-        mask = targets != -100
-        picked, entropy = token_logprobs().apply(logits, targets.clamp(min=0), temperature)
-        log_probs, entropy = picked.masked_fill(~mask, 0.0), entropy.masked_fill(~mask, 0.0)
-
-        # back to TRL's (batch, seq_len - 1), zero on the unscored prompt positions
-        widen = functools.partial(torch.nn.functional.pad, pad=(first, 0))
-        loss = -log_probs.sum() / (mask.sum().clamp(min=1) if num_items is None else num_items)
-        return FusedCausalLMOutput(
-            loss=loss, log_probs=widen(log_probs), entropy=widen(entropy), label_mask=widen(mask)
-        )
-
-    model.forward = types.MethodType(forward, model)
-    return True
-
-
-CHUNK_ELEMENTS = 8 << 20  # 32 MB of fp32 work in the direct head's log-softmax
-
-
-@functools.cache
-def token_logprobs():
-    """An autograd Function: (log softmax(logits / T) at `targets`, entropy) of bf16 `logits` (batch,
-    positions, vocab) in fp32 a few sequences at a time, keeping no fp32 vocabulary tensor: the backward
-    recomputes each chunk's softmax. The entropy has no gradient (the entropy bonus keeps TRL's head)."""
-    import torch
-
-    def chunks(logits):  # whole sequences, CHUNK_ELEMENTS fp32 elements of work at a time
-        step = max(1, CHUNK_ELEMENTS // max(1, logits[0].numel()))
-        return [slice(i, i + step) for i in range(0, logits.size(0), step)]
-
-    def scaled(logits, temperature):  # a new fp32 tensor, even from fp32 logits; x / 1.0 is x, skipped
-        x = logits.to(torch.float32, copy=True)
-        return x if temperature == 1.0 else x.div_(temperature)
-
-    class TokenLogProbs(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, logits, targets, temperature):
-            lse = logits.new_empty(logits.shape[:-1], dtype=torch.float32)
-            entropy = torch.empty_like(lse)
-            for rows in chunks(logits):
-                logp = scaled(logits[rows], temperature)
-                lse[rows] = torch.logsumexp(logp, dim=-1)
-                logp.sub_(lse[rows].unsqueeze(-1))
-                entropy[rows] = -(logp.exp() * logp).sum(-1)
-            picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1).float() / temperature - lse
-            ctx.save_for_backward(logits, targets, lse)
-            ctx.temperature = temperature
-            ctx.mark_non_differentiable(entropy)
-            return picked, entropy
-
-        @staticmethod
-        def backward(ctx, grad_picked, _):
-            logits, targets, lse = ctx.saved_tensors
-            g = (grad_picked / ctx.temperature).unsqueeze(-1)
-            grad = torch.empty_like(logits)
-            for rows in chunks(logits):  # d picked / d logits = (one-hot(target) - softmax) / T
-                p = scaled(logits[rows], ctx.temperature).sub_(lse[rows].unsqueeze(-1)).exp_()
-                grad[rows] = p.mul_(-g[rows]).scatter_add_(-1, targets[rows].unsqueeze(-1), g[rows])
-            return grad, None, None
-
-    return TokenLogProbs
 
 
 # One decoder layer compiles for all (dynamic shapes) in ~30 s, ~8 s from inductor's on-disk cache, and takes
@@ -181,15 +79,6 @@ def compile_decoder_layers(model) -> int:
             by_grad_mode, torch.compile(layer.forward, dynamic=True), layer.forward
         )
     return len(layers)
-
-
-def _has_trl_head(forward) -> bool:
-    """Whether TRL's `_fused_forward` is in this forward's chain of wrappers (accelerate may wrap it)."""
-
-    def trl(fn) -> bool:
-        return "fused_lm_head" in getattr(getattr(fn, "__code__", None), "co_varnames", ())
-
-    return trl(inspect.unwrap(getattr(forward, "__func__", forward), stop=trl))
 
 
 def apply(trainer, mode: bool | str | None = None) -> str:
