@@ -142,6 +142,42 @@ def test_each_distinct_prompt_goes_through_the_training_pass_once(tokenizer, bf1
         assert torch.allclose(grads, expected_grads, atol=1e-6, rtol=1e-4)
 
 
+def uneven_grpo_batch(vocab: int):
+    """grpo_batch with completions of 5, 2, 1, 3, 0 (masked whole, as TRL's mask_truncated_completions does)
+    and 2 scored tokens."""
+    ids, mask, labels = grpo_batch(vocab)
+    for row, scored in [(2, 1), (3, 3), (4, 0), (5, 2)]:
+        mask[row, 7 + max(scored, 1) :] = 0
+        labels[row, 7 + scored :] = -100
+    return ids, mask, labels
+
+
+@pytest.mark.parametrize("kernel", ["eager", "sdpa", "plain sdpa"])
+def test_packed_completions_match_trls_head_whatever_attends(tokenizer, monkeypatch, kernel):
+    """Completions of uneven lengths, one masked whole, packed behind each distinct prompt: with the recipe's
+    eager attention (a float mask), its SDPA past the eager budget (a boolean one) and plain SDPA (float),
+    with and without gradients, the log-probs, entropy, loss and gradients of TRL's head over the whole
+    rows."""
+    trl_model, ours = heads(tokenizer, 1.0)
+    if kernel != "plain sdpa":
+        assert attention.recipe_attention(ours) is None
+    if kernel == "sdpa":
+        monkeypatch.setattr(attention, "EAGER_ATTENTION_BYTES", 0)
+    ids, mask, labels = uneven_grpo_batch(len(tokenizer))
+    rows = decoder_calls(ours)
+    expected, expected_grads = score(trl_model, ids, mask, labels, False)
+    got, grads = score(ours, ids, mask, labels, False)
+    assert rows == [(2, 6), (3, 5)]  # segments of 5, 2, 1, 3 and 2 tokens in 3 rows of 5; none for row 4
+    assert torch.equal(got.label_mask, expected.label_mask) and not got.label_mask[4].any()
+    assert torch.allclose(got.log_probs, expected.log_probs, atol=1e-5)
+    assert torch.allclose(got.entropy, expected.entropy, atol=1e-4)
+    assert torch.allclose(got.loss, expected.loss, atol=1e-5)
+    assert torch.allclose(grads, expected_grads, atol=1e-6, rtol=1e-4)
+    with torch.no_grad():  # reference and old log-probs: no gradients, SDPA under the recipe's attention
+        again = ours(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
+    assert torch.allclose(again.log_probs, expected.log_probs, atol=1e-5)
+
+
 def test_activation_checkpointing_keeps_the_whole_rows(tokenizer):
     """Checkpointed layers drop a cache passed to them: the pass then runs every row whole, as before."""
     trl_model, ours = heads(tokenizer, 1.0)
@@ -179,7 +215,8 @@ def test_token_logprobs_in_chunks_match_log_softmax(monkeypatch, temperature):
 
 
 def test_large_micro_batches_keep_trls_head(tokenizer, monkeypatch):
-    monkeypatch.setattr(completion_head, "host_memory_bytes", lambda: 10 * 16 * 4)  # 10 logits: fewer than scored
+    # 10 logits: fewer than scored
+    monkeypatch.setattr(completion_head, "host_memory_bytes", lambda: 10 * 16 * 4)
     trl_model, ours = heads(tokenizer, 1.0)
     ids, mask, labels = batch(len(tokenizer))
     expected, expected_grads = score(trl_model, ids, mask, labels, False)
@@ -225,6 +262,42 @@ def test_generation_is_unchanged(tokenizer, rows, precision):
     # generated in inference mode, returned as a normal tensor: a training pass may save it for its backward
     assert not got.is_inference()
     fast(input_ids=got).logits.float().logsumexp(-1).mean().backward()
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("do_sample", [False, True])
+def test_ended_rows_leave_the_decoding_passes(tokenizer, precision, do_sample):
+    """A row that has emitted an end-of-sequence token leaves the cache and the decoding passes, which then
+    compute fewer rows: the same tokens as plain `generate`, greedy and sampled from one seed (the sampler
+    draws for every row as before)."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    plain = tiny_model(tokenizer, seed=2, hidden_size=64)
+    fast = copy.deepcopy(plain)
+    accelerator = Accelerator(cpu=True, mixed_precision=precision)
+    fast_generation.fast_generation(fast, accelerator)
+    rows = decoder_calls(fast)
+    prompts = ["<|im_start|>user\n12+7?<|im_end|>\n<|im_start|>assistant\n", "<|im_start|>assistant\n", "9"]
+    enc = tokenizer((prompts * 3)[:7], return_tensors="pt", padding=True, padding_side="left")
+    # greedy: 5 rows repeat token 5 and end at once, 2 repeat 31 to the end; sampled: 10 of 101 tokens end
+    # a row
+    eos = [5] if do_sample is False else list(range(5, 15))
+    kwargs = {"max_new_tokens": 24, "do_sample": do_sample, "top_k": 0, "eos_token_id": eos}
+    kwargs["pad_token_id"] = tokenizer.pad_token_id
+    with torch.no_grad():
+        torch.manual_seed(3)
+        got = fast.generate(**enc, **kwargs)
+        torch.manual_seed(3)
+        with accelerator.autocast():
+            expected = plain.generate(**enc, **kwargs)
+    assert torch.equal(got, expected)
+    decoded = [r for r, columns in rows if columns == 1]  # the passes of one token a row
+    ended = torch.isin(got[:, enc["input_ids"].size(1) :], torch.tensor(eos)).any(1)
+    assert 0 < ended.sum() < 7 and got.size(1) == enc["input_ids"].size(1) + 24  # some rows ran to the end
+    assert decoded[0] == 7 and min(decoded) == 7 - ended.sum() and decoded == sorted(decoded, reverse=True)
+    assert not any("forward" in vars(m) for m in fast.modules())  # the model's forward is the class's again
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
@@ -762,7 +835,8 @@ def test_apply_installs_what_fits_the_trainer(tokenizer, tmp_path, monkeypatch):
         "eager attention with gradients, matmuls in sampled decoding",
         "decoder layers compiled for the training passes off: activation checkpointing is on",
     ]
-    assert trainer.model.forward.__func__.__code__.co_filename == completion_head.__file__  # our head over TRL's
+    # our head over TRL's
+    assert trainer.model.forward.__func__.__code__.co_filename == completion_head.__file__
     with_reference = grpo_trainer(tokenizer, tmp_path, beta=0.04)  # TRL keeps a reference model
     assert "completion-only log-prob head" in fast_paths.install(with_reference)
     assert with_reference.ref_model.forward.__func__.__code__.co_filename == completion_head.__file__

@@ -94,7 +94,8 @@ def test_embedded_run_metrics_and_log(embedded_run):
     log = (run_dir / "train.log").read_text()
     assert "[eval step 0] accuracy" in log and "step 2/2 | reward" in log and "Fixed eval accuracy" in log
     assert "\r" not in log
-    assert "completion-only log-prob head" in log  # CPU: scores completion positions only (completion_head.py)
+    # CPU: scores completion positions only (completion_head.py)
+    assert "completion-only log-prob head" in log
     assert "each distinct prompt once in the training passes," in log  # on, in the embedded model's run
     config = (run_dir / "config.yaml").read_text()
     assert "max_steps: 2" in config and "path: embedded:smollm2-135m-instruct" in config

@@ -5,6 +5,7 @@ prompt prefilled once, in generation and (with gradients) in the training passes
 the recipe's attention reads (train/attention.py). Greedy outputs are token-identical to plain `generate`
 (under autocast in bf16; tests/test_fast_paths.py)."""
 
+import contextlib
 import functools
 
 from grpo_recipes.train.attention import SAMPLING
@@ -130,6 +131,72 @@ def normal_tensors(out):
     return out
 
 
+def ended_eos(kwargs: dict, config) -> set[int]:
+    """The end-of-sequence ids whose emission ends a row of this `generate` call (none: no row ends early)."""
+    eos = kwargs.get("eos_token_id", config.eos_token_id)
+    return set() if eos is None else {int(t) for t in ([eos] if isinstance(eos, int) else eos)}
+
+
+@contextlib.contextmanager
+def ended_rows_skipped(model, kwargs: dict, config, own_cache: bool):
+    """Within it, the decoding passes of a `generate` on the recipe's own cache compute only the rows that
+    have not ended (emitted an end-of-sequence token): generate decodes every row until the last one ends,
+    and a batch whose answers end at different lengths computes the longest one's passes for all rows (the
+    trained model's eval answers, ~11 tokens, in batches of 64 decoded to 32). An ended row leaves the cache
+    and the passes; its logits are zeros, whose token generate replaces by padding. The other rows compute
+    what they would among all (tests/test_fast_paths.py: the same tokens). Plain decoding only: one beam, no
+    assistant, no scores, logits, hidden states or attentions returned (an ended row's would be zeros)."""
+    import torch
+
+    def asked(name):  # a generation setting, passed to this call or in its config
+        return kwargs.get(name, getattr(config, name, None))
+
+    eos = ended_eos(kwargs, config)
+    prompt = kwargs["input_ids"].size(1) if kwargs.get("input_ids") is not None else None
+    plain = own_cache and prompt is not None and eos and kwargs.get("past_key_values") is not None
+    plain = plain and (asked("num_beams") or 1) == 1 and not kwargs.get("assistant_model")
+    unplain = ("output_scores", "output_logits", "output_hidden_states", "output_attentions")
+    unplain += ("prompt_lookup_num_tokens",)
+    plain = plain and not any(asked(name) for name in unplain)
+    if not plain:
+        yield
+        return
+    before = vars(model).get("forward")  # an instance forward (TRL's head), else the class's
+    forward, eos, state = model.forward, torch.tensor(sorted(eos)), {}
+    per_row = ("input_ids", "attention_mask", "position_ids")
+
+    @functools.wraps(forward)
+    def skipping(*args, **kw):
+        ids, cache = kw.get("input_ids"), kw.get("past_key_values")
+        others = any(torch.is_tensor(v) for k, v in kw.items() if k not in (*per_row, "cache_position"))
+        if args or others or ids is None or ids.size(1) != 1 or cache is not kwargs["past_key_values"]:
+            return forward(*args, **kw)
+        if "active" not in state:  # the first decoding pass: every row
+            state["active"], state["ended"] = torch.arange(len(ids)), torch.zeros(len(ids), dtype=torch.bool)
+        if cache.get_seq_length() >= prompt:  # a generated token: an end-of-sequence one ends its row
+            state["ended"] |= torch.isin(ids[:, 0], eos)
+        active = state["active"]
+        keep = ~state["ended"][active]
+        if keep.any() and not keep.all():  # (none left: generate has stopped)
+            cache.batch_select_indices(keep.nonzero().squeeze(1))
+            state["active"] = active = active[keep]
+        if len(active) == len(ids):
+            return forward(**kw)
+        out = forward(**{k: v[active] if k in per_row and torch.is_tensor(v) else v for k, v in kw.items()})
+        every = out.logits.new_zeros((len(ids), *out.logits.shape[1:]))
+        out.logits = every.index_copy_(0, active, out.logits)
+        return out
+
+    model.forward = skipping
+    try:
+        yield
+    finally:
+        if before is None:
+            del model.forward
+        else:
+            model.forward = before
+
+
 def fast_generation(model, accelerator) -> str:
     """Run `model.generate` inside one autocast context (leaving it, as accelerate does after each forward,
     drops its bf16 weight copies) and, on a CPU, on packed weights with the prefilled cache; an fp32 CPU run
@@ -165,7 +232,8 @@ def fast_generation(model, accelerator) -> str:
                     own_cache = pack and not asked and kwargs.get("use_cache", True)
                     if own_cache and kwargs.get("past_key_values") is None:
                         kwargs["past_key_values"] = prefilled_cache(model, kwargs, cast)
-                    out = generate(*args, **kwargs)
+                    with ended_rows_skipped(model, kwargs, config, own_cache):
+                        out = generate(*args, **kwargs)
             finally:
                 SAMPLING.reset(sampling)
             return normal_tensors(out)

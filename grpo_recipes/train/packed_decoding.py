@@ -80,7 +80,8 @@ def qkv_apart(model) -> str | None:
 
 
 def decoding_layer(layer, qkv, rows: int, dtype):
-    """`layer`'s forward for the decoding passes of `rows` rows (one token each, no gradients): its own
+    """`layer`'s forward for the decoding passes of up to `rows` rows (one token each, no gradients; fewer
+    once ended rows leave, fast_generation.ended_rows_skipped): its own
     modules, with q, k and v from `qkv` (their weights stacked and packed) and the rotary embedding applied to
     q and k in one go: the same ops on the same values as LlamaDecoderLayer and LlamaAttention (transformers
     5.23). Other calls (the prefill, passes with gradients) go to the forward it replaces."""
@@ -101,7 +102,8 @@ def decoding_layer(layer, qkv, rows: int, dtype):
         position_embeddings=None,
         **kwargs,
     ):
-        if hidden_states.shape[:2] != (rows, 1) or past_key_values is None or torch.is_grad_enabled():
+        batch, tokens = hidden_states.shape[:2]
+        if tokens != 1 or batch > rows or past_key_values is None or torch.is_grad_enabled():
             return original(
                 hidden_states,
                 attention_mask=attention_mask,
@@ -114,8 +116,8 @@ def decoding_layer(layer, qkv, rows: int, dtype):
         residual = hidden_states
         x = layer.input_layernorm(hidden_states).to(dtype)
         states = torch.ops.mkldnn._linear_pointwise(x, qkv, None, "none", [], "")
-        qk = states[..., : (heads + kv_heads) * dim].view(rows, 1, heads + kv_heads, dim).transpose(1, 2)
-        value = states[..., (heads + kv_heads) * dim :].view(rows, 1, kv_heads, dim).transpose(1, 2)
+        qk = states[..., : (heads + kv_heads) * dim].view(batch, 1, heads + kv_heads, dim).transpose(1, 2)
+        value = states[..., (heads + kv_heads) * dim :].view(batch, 1, kv_heads, dim).transpose(1, 2)
         cos, sin = (t.unsqueeze(1) for t in position_embeddings)  # apply_rotary_pos_emb's, q and k at once
         query, key = (qk * cos + rotate_half(qk) * sin).split([heads, kv_heads], dim=1)
         key, value = past_key_values.update(key, value, attention.layer_idx)
@@ -132,7 +134,7 @@ def decoding_layer(layer, qkv, rows: int, dtype):
             use_cache=use_cache,
             **kwargs,
         )
-        hidden_states = residual + attention.o_proj(out.reshape(rows, 1, -1).contiguous())
+        hidden_states = residual + attention.o_proj(out.reshape(batch, 1, -1).contiguous())
         return hidden_states + layer.mlp(layer.post_attention_layernorm(hidden_states))
 
     return forward
@@ -140,9 +142,9 @@ def decoding_layer(layer, qkv, rows: int, dtype):
 
 @contextlib.contextmanager
 def packed_linears(model, rows: int, cast=None):
-    """Every `nn.Linear` of `model` computes its decoding passes (`rows` rows, one token a sequence; 0: none)
-    from its weight cast to `cast` (autocast's dtype; None: its own, bf16 or fp32) and reordered once for
-    oneDNN (F.linear under autocast reorders it at every call): in bf16 the same GEMM, bit for bit. Other
+    """Every `nn.Linear` of `model` computes its decoding passes (up to `rows` rows, one token a sequence;
+    0: none) from its weight cast to `cast` (autocast's dtype; None: its own, bf16 or fp32) and reordered once
+    for oneDNN (F.linear under autocast reorders it at every call): in bf16 the same GEMM, bit for bit. Other
     shapes (the prefill) keep F.linear, whose kernel varies with the row count, on the same copy. A Linear
     whose forward was replaced (TRL's fp32 LM head, `cast_lm_head_to_fp32`) keeps it. Llama decoder layers
     decode through decoding_layer, their q, k and v packed as one weight (one GEMM of 960 columns took ~70 us
@@ -152,7 +154,7 @@ def packed_linears(model, rows: int, cast=None):
 
     def packed_forward(weight, packed, bias, x):  # autocast's F.linear, on weights cast once
         x = x.to(weight.dtype)
-        if x.numel() != rows * x.shape[-1]:
+        if x.dim() != 3 or x.shape[1] != 1 or x.shape[0] > rows:  # not a decoding pass's rows
             return torch.nn.functional.linear(x, weight, bias)
         return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
