@@ -104,12 +104,13 @@ def step_bounds(
     compute_bytes: int = 2,
 ) -> dict[str, float]:
     """Seconds per phase at the machine's limit (shapes: completions B of distinct prompts U, prompt
-    tokens P, completion tokens C (the longest: every pass runs the whole batch), decode passes, and passes:
-    model passes over the batch with gradients or for old/reference log-probs; weight_bytes: 4 for fp32
-    weights, gradients and AdamW moments, 2 for bf16 ones; compute_bytes: a weight's and a cached key's as
-    generation reads them, 2 under bf16 autocast, 4 in fp32)."""
+    tokens P, completion tokens C (their mean: a row's padding is no work), the rows of each decode pass
+    (decode_rows, one list a step: a row that has ended is no work either; None where not seen: B), and
+    passes: model passes over the batch with gradients or for old/reference log-probs;
+    weight_bytes: 4 for fp32 weights, gradients and AdamW moments, 2 for bf16 ones; compute_bytes: a weight's
+    and a cached key's as generation reads them, 2 under bf16 autocast, 4 in fp32)."""
     B, U, P, C = (shapes[k] for k in ("completions", "prompts", "prompt_tokens", "completion_tokens"))
-    passes = shapes["decode_passes"]
+    steps = [[n or B for n in rows] for rows in shapes["decode_rows"]] or [[]]
     d, layers, vocab = config.hidden_size, config.num_hidden_layers, config.vocab_size
     head = d * vocab  # the LM head's weights (tied to the embedding in SmolLM2)
     body = n_params - head * (1 if config.tie_word_embeddings else 2)
@@ -125,16 +126,20 @@ def step_bounds(
         prefill = bound(2 * body * U * (P - 1) + attention(U * (P - 1), P / 2), compute_bytes * n_params)
     else:  # every row's prompt through the model, one LM-head row each
         prefill = bound(2 * body * B * P + 2 * head * B + attention(B * P, P / 2), compute_bytes * n_params)
-    decode = sum(  # token t reads every weight and the KV cache of P + t positions (k and v)
-        bound(
-            2 * (body + head) * B + attention(B, P + t),
-            compute_bytes * (n_params + 2 * layers * kv_dim * B * (P + t)),
+    decode = statistics.mean(  # pass t of n rows reads every weight and their KV cache of P + t positions
+        sum(
+            bound(
+                2 * (body + head) * n + attention(n, P + t),
+                compute_bytes * (n_params + 2 * layers * kv_dim * n * (P + t)),
+            )
+            for t, n in enumerate(rows)
         )
-        for t in range(passes)
+        for rows in steps
     )
-    if shapes["shared_prompts"]:  # the recipe's: each distinct prompt once, then every row's completion on it
-        rows = U * (P - 1) + B * (C + 1)
-        attend = attention(U * (P - 1), P / 2) + attention(B * (C + 1), P + C / 2)
+    passes = round(statistics.median(len(rows) for rows in steps))
+    if shapes["shared_prompts"]:  # the recipe's: each distinct prompt once, then every row's last prompt
+        rows = U * (P - 1) + B * C  # token and completion but its last token (which predicts nothing)
+        attend = attention(U * (P - 1), P / 2) + attention(B * C, P + C / 2)
     else:
         rows, attend = B * (P + C), attention(B * (P + C), (P + C) / 2)
     forward_flops = 2 * body * rows + 2 * head * B * C + attend
@@ -159,7 +164,7 @@ class PhaseClock:
     def __init__(self, model, device):
         self.device, self.parts, self.in_generate, self.calls = device, defaultdict(float), False, 0
         self.prefilled = self.ever_prefilled = self.in_model = self.shared_prompts = False
-        self.body_calls = 0
+        self.body_calls, self.pass_rows, self.decode_rows = 0, None, []  # rows of this step's decoding passes
         model.register_forward_pre_hook(self.before)
         model.register_forward_hook(self.after)
         body = model.get_decoder()
@@ -168,7 +173,7 @@ class PhaseClock:
 
     def before(self, module, args):
         sync(self.device)
-        self.start, self.in_model, self.body_calls = time.perf_counter(), True, 0
+        self.start, self.in_model, self.body_calls, self.pass_rows = time.perf_counter(), True, 0, None
 
     def after(self, module, args, output):
         sync(self.device)
@@ -178,6 +183,8 @@ class PhaseClock:
             prefill = self.calls == 0 and not self.prefilled
             self.parts["prefill" if prefill else "decode"] += seconds
             self.parts["decode passes"] += not prefill
+            if not prefill:
+                self.decode_rows.append(self.pass_rows)
             self.calls += 1
         else:
             self.parts["training forward"] += seconds
@@ -191,6 +198,7 @@ class PhaseClock:
             self.body_start = time.perf_counter()
 
     def after_body(self, module, args, output):
+        self.pass_rows = output[0].size(0)  # the rows a pass computed (ended rows leave the decoding passes)
         if self.in_generate and not self.in_model:
             sync(self.device)
             seconds = time.perf_counter() - self.body_start
@@ -297,8 +305,9 @@ def main() -> None:
                 phases.parts["optimizer"] += time.perf_counter() - self.start
 
             def on_step_end(self, *a, **kw):
-                per_step.append(dict(phases.parts))
+                per_step.append(dict(phases.parts, decode_rows=phases.decode_rows))
                 phases.parts.clear()
+                phases.decode_rows = []
 
         trainer.add_callback(Snapshot())
         trainer.train()
@@ -322,8 +331,8 @@ def main() -> None:
                 for prev, log in zip(clock.logs, clock.logs[1:])
             )
         ),
-        "completion_tokens": config.max_completion_length,
-        "decode_passes": round(statistics.median(p.get("decode passes", 0) for p in per_step[skip:])),
+        "completion_tokens": statistics.mean(log["completions/mean_length"] for log in logs),
+        "decode_rows": [p["decode_rows"] for p in per_step[skip:]],
         "passes": 1 + (config.beta > 0) + (config.num_iterations > 1),
     }
     n_params = sum(p.numel() for p in model.parameters())
@@ -337,11 +346,12 @@ def main() -> None:
         values = [parts.get(key, 0.0) for parts in per_step[skip:]]
         measured[name] = statistics.median(values) if values else float("nan")
     measured["the rest (rewards, data, logging)"] = max(0.0, step - sum(measured.values()))
-    mean_length = statistics.mean(g["completions/mean_length"] for g in logs)
+    passes = [len(rows) for rows in shapes["decode_rows"]]
+    rows = sum(sum(rows) for rows in shapes["decode_rows"]) / max(1, sum(passes))
     print(
         f"step: {shapes['completions']} completions, ~{shapes['prompt_tokens']} prompt tokens, up to "
-        f"{shapes['completion_tokens']} completion tokens (mean {mean_length:.1f}), "
-        f"{shapes['decode_passes']} decode passes, "
+        f"{config.max_completion_length} completion tokens (mean {shapes['completion_tokens']:.1f}), "
+        f"{statistics.median(passes):.0f} decode passes of {rows:.1f} rows on average, "
         f"{shapes['passes']} model pass(es) before the update"
         f"{' (each distinct prompt once)' if shapes['shared_prompts'] else ''}; "
         f"medians of steps {skip + 1}-{len(per_step)}\n"

@@ -9,7 +9,8 @@ completions an optimizer step, in the recipe's micro-batches) and completion len
          tokens + an AdamW step, timed directly;
   ours   GRPOTrainer with this recipe's default config (grpo/default.yaml + hardware detection),
          with a breakdown: generation, reward, log-prob passes, backward, optimizer, the rest;
-  trl    GRPOTrainer with TRL's own GRPOConfig defaults (gradient checkpointing, bf16, ...).
+  trl    GRPOTrainer with TRL's own GRPOConfig defaults (gradient checkpointing, bf16, ...; fp32 on a CPU
+         without native bf16, where bf16 is emulated).
 Reports medians over the steps after the first (warm-up), completion tokens trained per second,
 and per recipe: generation tokens/s, training tokens/s, model FLOPs utilisation (given the device's
 peak, known for common GPUs) and peak GPU memory; and the process's peak RSS (the full default
@@ -306,6 +307,9 @@ def main() -> None:
     if not args.skip_trl:
         reset(model, base_state)
         plain = dict(batch, use_cpu=not hw.gpu)  # TRL's own defaults for everything else
+        if not hw.gpu and not hw.bf16:  # bf16 here is emulated (~50x slower): fp32, as a user would set it
+            plain["bf16"] = False
+            print("plain TRL: bf16=false (this CPU has no native bf16)")
         t_run = run_trainer(model, tokenizer, train, funcs, plain, args.trl_steps, t_timings)
 
     print(

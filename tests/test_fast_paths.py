@@ -831,7 +831,10 @@ def test_apply_installs_what_fits_the_trainer(tokenizer, tmp_path, monkeypatch):
     assert fast_paths.install(trainer) == [
         generation_line(precision),
         "completion-only log-prob head",
-        "each distinct prompt once in the training passes off: activation checkpointing is on",
+        (
+            "each distinct prompt once, completions packed in the training passes off: activation "
+            "checkpointing is on"
+        ),
         "eager attention with gradients, matmuls in sampled decoding",
         "decoder layers compiled for the training passes off: activation checkpointing is on",
     ]
@@ -843,7 +846,10 @@ def test_apply_installs_what_fits_the_trainer(tokenizer, tmp_path, monkeypatch):
     assert fast_paths.install(grpo_trainer(tokenizer, tmp_path, entropy_coef=0.01)) == [
         generation_line(precision),
         "completion-only log-prob head off: the entropy bonus needs TRL's head",
-        "each distinct prompt once in the training passes off: the completion-only head is off",
+        (
+            "each distinct prompt once, completions packed in the training passes off: the completion-only "
+            "head is off"
+        ),
         "eager attention with gradients, matmuls in sampled decoding",
         "decoder layers compiled for the training passes off: activation checkpointing is on",
     ]  # each speed-up that cannot apply says why
@@ -877,7 +883,10 @@ def test_a_fast_path_that_cannot_apply_says_why(tokenizer, tmp_path):
     trainer.model.config._attn_implementation = "eager"
     assert fast_paths.install(trainer)[1:4] == [
         "completion-only log-prob head off: TRL's fused LM head was not found",
-        "each distinct prompt once in the training passes off: the completion-only head is off",
+        (
+            "each distinct prompt once, completions packed in the training passes off: the completion-only "
+            "head is off"
+        ),
         "eager attention with gradients, matmuls in sampled decoding off: attention is eager, not sdpa",
     ]
     with pytest.raises(ConfigError, match="grpo.fast_paths=true: TRL's fused LM head was not found"):

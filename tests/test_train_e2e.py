@@ -96,7 +96,8 @@ def test_embedded_run_metrics_and_log(embedded_run):
     assert "\r" not in log
     # CPU: scores completion positions only (completion_head.py)
     assert "completion-only log-prob head" in log
-    assert "each distinct prompt once in the training passes," in log  # on, in the embedded model's run
+    # on, in the embedded model's run
+    assert "each distinct prompt once, completions packed in the training passes," in log
     config = (run_dir / "config.yaml").read_text()
     assert "max_steps: 2" in config and "path: embedded:smollm2-135m-instruct" in config
 

@@ -142,7 +142,7 @@ def install(trainer, strict: bool = False) -> list[str]:
 
     installed.append(said("completion-only log-prob head", why))
     unshared = "the completion-only head is off" if why else unshared
-    installed.append(said("each distinct prompt once in the training passes", unshared))
+    installed.append(said("each distinct prompt once, completions packed in the training passes", unshared))
     why = "SDPA's backward is fast on a GPU" if trainer.accelerator.device.type != "cpu" else None
     sdpa = why is None and models[0].config._attn_implementation == "sdpa"
     matmuls = sdpa and matmuls_faster_at_one_query(models[0])
