@@ -128,8 +128,8 @@ def test_each_distinct_prompt_goes_through_the_training_pass_once(tokenizer, bf1
     expected, expected_grads = score(trl_model, ids, mask, labels, bf16)
     got, grads = score(ours, ids, mask, labels, bf16)
     # 2 prompts of 6 columns, then the 6 rows' last prompt token and completion to its last scored token
-    # (5, 5, 5, 5, 2 and 1 tokens) packed into 5 rows of 5
-    assert rows == [(2, 6), (5, 5)]
+    # (5, 2, 5 behind the first prompt; 5, 1, 5 behind the second) in rows of 5, a prompt's own
+    assert rows == [(2, 6), (6, 5)]
     assert torch.equal(got.label_mask, expected.label_mask)
     # bf16 GEMMs of 2 rows and of 6 round alike with oneDNN on AVX-512 / AMX, not on AVX2 (~1e-3 apart)
     atol = 1e-5 if not bf16 or PACKS_BF16 else 2e-3
@@ -167,7 +167,7 @@ def test_packed_completions_match_trls_head_whatever_attends(tokenizer, monkeypa
     rows = decoder_calls(ours)
     expected, expected_grads = score(trl_model, ids, mask, labels, False)
     got, grads = score(ours, ids, mask, labels, False)
-    assert rows == [(2, 6), (3, 5)]  # segments of 5, 2, 1, 3 and 2 tokens in 3 rows of 5; none for row 4
+    assert rows == [(2, 6), (3, 5)]  # segments of 5 | 2, 1 behind one prompt, 3, 2 behind the other
     assert torch.equal(got.label_mask, expected.label_mask) and not got.label_mask[4].any()
     assert torch.allclose(got.log_probs, expected.log_probs, atol=1e-5)
     assert torch.allclose(got.entropy, expected.entropy, atol=1e-4)

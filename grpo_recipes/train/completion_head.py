@@ -83,14 +83,14 @@ class PackedCompletions:
 
 def pack_completions(model, kwargs: dict, cache, prompt_of, mask, targets) -> PackedCompletions:
     """Pack a training pass's rows into fewer, shorter ones: each row's last prompt token and its completion
-    up to its last scored token (its segment) is placed, longest first, in the first packed row with room (as
-    wide as the longest segment), behind the distinct prompts' `cache` (one copy of each prompt, `prompt_of`
-    naming each row's), attending to its own prompt and, causally, its own segment only, at the positions it
-    has in its row. GRPO's completions end at different lengths and a pass is as long as its longest: the
-    padding is ~40 % of a default step's training tokens (benchmarks/RESULTS.md, "Completions packed").
-    `kwargs`: the model's inputs (ids and mask of the whole rows); `mask` and `targets`: the scored
-    completion columns and their tokens (batch, columns), the first column predicted by the last prompt
-    token."""
+    up to its last scored token (its segment) is placed, longest first, in the first packed row of its prompt
+    with room (as wide as the longest segment). Each packed row runs behind its prompt in `cache` (the
+    distinct prompts' columns, once each; `prompt_of` names each row's), its segments attending to the prompt
+    and, causally, to themselves, at the positions they have in their rows. GRPO's completions end at
+    different lengths and a pass is as long as its longest: the padding was 11-36 % of the default run's
+    training tokens (benchmarks/RESULTS.md, "Completions packed"). `kwargs`: the model's inputs (ids and mask
+    of the whole rows); `mask` and `targets`: the scored completion columns and their tokens (batch,
+    columns), the first column predicted by the last prompt token."""
     import torch
 
     ids, attention = kwargs["input_ids"], kwargs["attention_mask"]
@@ -98,17 +98,18 @@ def pack_completions(model, kwargs: dict, cache, prompt_of, mask, targets) -> Pa
     first = ids.size(1) - columns - 1  # the last prompt token's column
     scored = torch.arange(1, columns + 1).expand(batch, -1).masked_fill(~mask, 0)
     lengths = scored.amax(1).tolist()  # a segment: the last prompt token and the completion to its last score
-    width = max(lengths)
-    room, where = [], []  # each packed row's free slots; each row's (packed row, first slot)
-    for row in sorted(range(batch), key=lambda r: -lengths[r]):
-        n = lengths[row]
-        bin_ = next((b for b, free in enumerate(room) if free >= n), None) if n else None
-        if n and bin_ is None:
+    width, prompt_of = max(lengths), prompt_of.tolist()
+    room, prompt_rows, where = [], [], []  # each packed row's free slots and a row of its prompt; each row's
+    for row in sorted(range(batch), key=lambda r: -lengths[r]):  # (packed row, first slot)
+        if not (n := lengths[row]):
+            continue  # nothing scored: no segment
+        own = (b for b, free in enumerate(room) if prompt_of[prompt_rows[b]] == prompt_of[row] and free >= n)
+        if (bin_ := next(own, None)) is None:
             bin_ = len(room)
             room.append(width)
-        if n:
-            where.append((row, bin_, width - room[bin_]))
-            room[bin_] -= n
+            prompt_rows.append(row)
+        where.append((row, bin_, width - room[bin_]))
+        room[bin_] -= n
     rows = torch.tensor([r for r, _, _ in where for _ in range(lengths[r])])
     offsets = torch.cat([torch.arange(lengths[r]) for r, _, _ in where])
     bins = torch.tensor([b for r, b, _ in where for _ in range(lengths[r])])
@@ -123,21 +124,13 @@ def pack_completions(model, kwargs: dict, cache, prompt_of, mask, targets) -> Pa
     segment = ids.new_full(packed_shape, -1).index_put((bins, slots), rows)  # -1: an empty slot
     attended = attention.new_zeros(packed_shape).index_put((bins, slots), attention[rows, columns_in_row])
 
-    # the keys: each distinct prompt's columns, then the packed row's own slots
-    prompts = len(cache.layers[0].keys)
-    owner = segment.clamp(min=0)
-    # (packed rows, slots, keys): True where the key is a column of the slot's own prompt
-    own_prompt = prompt_of[owner].unsqueeze(-1) == torch.arange(prompts).repeat_interleave(first)
-    own_prompt &= attention[owner][:, :, :first].repeat(1, 1, prompts).bool() & (segment >= 0).unsqueeze(-1)
+    # the keys: the packed row's prompt's columns (its left padding aside), then the packed row's own slots
+    prompt_keys = attention[prompt_rows, :first].bool().unsqueeze(1).expand(-1, width, -1)
     causal = torch.ones(width, width, dtype=torch.bool).tril()
     own_segment = (segment.unsqueeze(-1) == segment.unsqueeze(-2)) & causal & attended.bool().unsqueeze(-2)
     own_segment |= torch.eye(width, dtype=torch.bool) & (segment < 0).unsqueeze(-1)  # empty slots: themselves
-    allowed = torch.cat([own_prompt, own_segment], dim=-1).unsqueeze(1)
-    for layer in cache.layers:  # one row of every distinct prompt's columns, shared by the packed rows
-        layer.keys, layer.values = (
-            x.transpose(0, 1).reshape(1, x.size(1), -1, x.size(-1)).expand(len(room), -1, -1, -1)
-            for x in (layer.keys, layer.values)
-        )
+    allowed = torch.cat([prompt_keys, own_segment], dim=-1).unsqueeze(1)
+    cache.batch_select_indices(torch.tensor([prompt_of[r] for r in prompt_rows]))  # each packed row's prompt
     inputs = {k: v for k, v in kwargs.items() if k not in ("input_ids", "attention_mask")}
     inputs |= {
         "input_ids": packed_ids,

@@ -48,6 +48,13 @@ def buffered_cache(model, dtype=None):
             self.keys, self.values = (buffer[..., : n + add, :] for buffer in self.buffers)
             return self.keys, self.values
 
+        def batch_select_indices(self, indices):  # in one copy (DynamicLayer's: a copy, then one to grow)
+            if getattr(self, "buffers", None) is None or self.keys.data_ptr() != self.buffers[0].data_ptr():
+                return super().batch_select_indices(indices)
+            n = self.get_seq_length()
+            self.buffers = [buffer.index_select(0, indices) for buffer in self.buffers]
+            self.keys, self.values = (buffer[..., :n, :] for buffer in self.buffers)
+
     cache = DynamicCache(config=model.config)
     if not all(type(layer) is DynamicLayer for layer in cache.layers):
         return None
