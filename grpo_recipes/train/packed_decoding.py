@@ -81,10 +81,10 @@ def qkv_apart(model) -> str | None:
 
 def decoding_layer(layer, qkv, rows: int, dtype):
     """`layer`'s forward for the decoding passes of up to `rows` rows (one token each, no gradients; fewer
-    once ended rows leave, fast_generation.ended_rows_skipped): its own
-    modules, with q, k and v from `qkv` (their weights stacked and packed) and the rotary embedding applied to
-    q and k in one go: the same ops on the same values as LlamaDecoderLayer and LlamaAttention (transformers
-    5.23). Other calls (the prefill, passes with gradients) go to the forward it replaces."""
+    once ended rows leave, fast_generation.ended_rows_skipped): its own modules, with q, k and v from `qkv`
+    (their weights stacked and packed) and the rotary embedding applied to q and k in one go: the same ops on
+    the same values as LlamaDecoderLayer and LlamaAttention (transformers 5.23). Other calls (the prefill,
+    passes with gradients) go to the forward it replaces."""
     import torch
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
     from transformers.models.llama.modeling_llama import eager_attention_forward, rotate_half
