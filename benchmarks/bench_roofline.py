@@ -15,10 +15,11 @@ takes.
    at the GEMM peak and its bytes at the read bandwidth. Prefill: each distinct prompt (GRPO repeats each
    one num_generations times) through the body, its last token aside, where the recipe prefills so (else
    every row's prompt and one LM-head row each). Decode: each decoding pass counted (the prompts' last token
-   after that prefill, then each generated token but the last), reading every weight and the KV cache in the
-   compute dtype.
+   after that prefill, then each generated token but the last) at the rows it computes (a row that has
+   ended is no work), reading every weight and those rows' KV cache in the compute dtype.
    Training forward: every token through the body (each distinct prompt once, its last token aside, where
-   the recipe's passes share prompts so), the LM head on completion tokens only; backward: twice its FLOPs.
+   the recipe's passes share prompts so; completions at their mean length: padding is no work), the LM
+   head on completion tokens only; backward: twice its FLOPs.
    Optimizer: AdamW reading the weights, gradients and two moments (16 bytes a parameter for fp32
    weights; 8 for bf16 ones and BF16AdamW, model.dtype's default on a CPU with native bf16); its writes go
    back to the lines it just read and ride along (measured here: a fused AdamW step moves 28 bytes a
