@@ -106,10 +106,11 @@ def step_bounds(
 ) -> dict[str, float]:
     """Seconds per phase at the machine's limit (shapes: completions B of distinct prompts U, prompt
     tokens P, completion tokens C (their mean: a row's padding is no work), the rows of each decode pass
-    (decode_rows, one list a step: a row that has ended is no work either; None where not seen: B), and
-    passes: model passes over the batch with gradients or for old/reference log-probs;
-    weight_bytes: 4 for fp32 weights, gradients and AdamW moments, 2 for bf16 ones; compute_bytes: a weight's
-    and a cached key's as generation reads them, 2 under bf16 autocast, 4 in fp32)."""
+    (decode_rows, one list a step, whose median step's bound is taken, as the time's median is: a row that
+    has ended is no work either; None where not seen: B), and passes: model passes over the batch with
+    gradients or for old/reference log-probs; weight_bytes: 4 for fp32 weights, gradients and AdamW moments,
+    2 for bf16 ones; compute_bytes: a weight's and a cached key's as generation reads them, 2 under bf16
+    autocast, 4 in fp32)."""
     B, U, P, C = (shapes[k] for k in ("completions", "prompts", "prompt_tokens", "completion_tokens"))
     steps = [[n or B for n in rows] for rows in shapes["decode_rows"]] or [[]]
     d, layers, vocab = config.hidden_size, config.num_hidden_layers, config.vocab_size
@@ -127,7 +128,7 @@ def step_bounds(
         prefill = bound(2 * body * U * (P - 1) + attention(U * (P - 1), P / 2), compute_bytes * n_params)
     else:  # every row's prompt through the model, one LM-head row each
         prefill = bound(2 * body * B * P + 2 * head * B + attention(B * P, P / 2), compute_bytes * n_params)
-    decode = statistics.mean(  # pass t of n rows reads every weight and their KV cache of P + t positions
+    decode = statistics.median(  # pass t of n rows reads every weight and their KV cache of P + t positions
         sum(
             bound(
                 2 * (body + head) * n + attention(n, P + t),

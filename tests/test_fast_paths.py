@@ -300,6 +300,36 @@ def test_ended_rows_leave_the_decoding_passes(tokenizer, precision, do_sample):
     assert not any("forward" in vars(m) for m in fast.modules())  # the model's forward is the class's again
 
 
+@pytest.mark.parametrize("handed_in", ["static", "dynamic"])
+def test_a_cache_handed_in_keeps_every_row(tokenizer, handed_in):
+    """Rows leave only a cache fast_generate made for the call: static_cache.py's (grpo.cache_implementation
+    =static) and a caller's keep every row, with the tokens of plain `generate`, as rows end."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+    from transformers import DynamicCache, GenerationConfig
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    plain = tiny_model(tokenizer, seed=2, hidden_size=64)
+    fast = copy.deepcopy(plain)
+    fast_generation.fast_generation(fast, Accelerator(cpu=True, mixed_precision="no"))
+    rows = decoder_calls(fast)
+    prompts = ["<|im_start|>user\n12+7?<|im_end|>\n<|im_start|>assistant\n", "<|im_start|>assistant\n", "9"]
+    enc = tokenizer((prompts * 3)[:7], return_tensors="pt", padding=True, padding_side="left")
+    greedy = {"max_new_tokens": 12, "do_sample": False, "eos_token_id": [5]}  # 5 of 7 rows end at once
+    greedy["pad_token_id"] = tokenizer.pad_token_id
+    if handed_in == "static":
+        static_cache_generation(fast)
+        cache, kwargs = None, {"generation_config": GenerationConfig(**greedy, cache_implementation="static")}
+    else:
+        cache, kwargs = DynamicCache(config=fast.config), {**greedy}
+    with torch.no_grad():
+        got = fast.generate(**enc, **kwargs, **({"past_key_values": cache} if cache else {}))
+        expected = plain.generate(**enc, **greedy)
+    assert torch.equal(got, expected)
+    assert {r for r, columns in rows if columns == 1} == {7}  # every decoding pass: every row
+    assert cache is None or cache.layers[0].keys.size(0) == 7
+
+
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_sampled_generation_of_several_sequences_a_prompt_decodes_on_packed_weights(
     tokenizer, monkeypatch, precision

@@ -145,14 +145,16 @@ def ended_eos(kwargs: dict, config) -> set[int]:
 
 
 @contextlib.contextmanager
-def ended_rows_skipped(model, kwargs: dict, config, own_cache: bool):
-    """Within it, the decoding passes of a `generate` on the recipe's own cache compute only the rows that
+def ended_rows_skipped(model, kwargs: dict, config, made: bool):
+    """Within it, the decoding passes of a `generate` on a cache the recipe `made` for this call (one handed
+    in, static_cache.py's or a caller's, keeps every row) compute only the rows that
     have not ended (emitted an end-of-sequence token): generate decodes every row until the last one ends,
     and a batch whose answers end at different lengths computes the longest one's passes for all rows (the
     trained model's eval answers, ~11 tokens, in batches of 64 decoded to 32). An ended row leaves the cache
     and the passes; its logits are zeros, whose token generate replaces by padding. The other rows compute
     what they would among all (tests/test_fast_paths.py: the same tokens). Plain decoding only: one beam, no
-    assistant, no scores, logits, hidden states or attentions returned (an ended row's would be zeros)."""
+    assistant, no scores, logits, hidden states, attentions or cache returned (an ended row's would be
+    zeros, or gone)."""
     import torch
 
     def asked(name):  # a generation setting, passed to this call or in its config
@@ -160,10 +162,10 @@ def ended_rows_skipped(model, kwargs: dict, config, own_cache: bool):
 
     eos = ended_eos(kwargs, config)
     prompt = kwargs["input_ids"].size(1) if kwargs.get("input_ids") is not None else None
-    plain = own_cache and prompt is not None and eos and kwargs.get("past_key_values") is not None
+    plain = made and prompt is not None and eos and kwargs.get("past_key_values") is not None
     plain = plain and (asked("num_beams") or 1) == 1 and not kwargs.get("assistant_model")
     unplain = ("output_scores", "output_logits", "output_hidden_states", "output_attentions")
-    unplain += ("prompt_lookup_num_tokens",)
+    unplain += ("return_dict_in_generate", "prompt_lookup_num_tokens")
     plain = plain and not any(asked(name) for name in unplain)
     if not plain:
         yield
@@ -237,9 +239,10 @@ def fast_generation(model, accelerator) -> str:
                 with accelerator.autocast(), packed_linears(model, rows=rows, cast=cast), inference:
                     # the prefill runs F.linear on the weights as they were packed (cast under autocast)
                     own_cache = pack and not asked and kwargs.get("use_cache", True)
-                    if own_cache and kwargs.get("past_key_values") is None:
+                    made = own_cache and kwargs.get("past_key_values") is None
+                    if made:
                         kwargs["past_key_values"] = prefilled_cache(model, kwargs, cast)
-                    with ended_rows_skipped(model, kwargs, config, own_cache):
+                    with ended_rows_skipped(model, kwargs, config, made):
                         out = generate(*args, **kwargs)
             finally:
                 SAMPLING.reset(sampling)
