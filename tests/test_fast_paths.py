@@ -264,12 +264,9 @@ def test_generation_is_unchanged(tokenizer, rows, precision):
     fast(input_ids=got).logits.float().logsumexp(-1).mean().backward()
 
 
-@pytest.mark.parametrize("precision", PRECISIONS)
-@pytest.mark.parametrize("do_sample", [False, True])
-def test_ended_rows_leave_the_decoding_passes(tokenizer, precision, do_sample):
-    """A row that has emitted an end-of-sequence token leaves the cache and the decoding passes, which then
-    compute fewer rows: the same tokens as plain `generate`, greedy and sampled from one seed (the sampler
-    draws for every row as before)."""
+def fast_beside_plain(tokenizer, precision: str):
+    """(plain, fast, accelerator): a tiny model, and a copy generating through fast_generation in
+    `precision` (accelerate's mixed_precision), under a fresh accelerate state."""
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
 
@@ -278,9 +275,24 @@ def test_ended_rows_leave_the_decoding_passes(tokenizer, precision, do_sample):
     fast = copy.deepcopy(plain)
     accelerator = Accelerator(cpu=True, mixed_precision=precision)
     fast_generation.fast_generation(fast, accelerator)
-    rows = decoder_calls(fast)
+    return plain, fast, accelerator
+
+
+def seven_prompts(tokenizer):
+    """7 left-padded chat prompts of 3 kinds, as `generate` takes them."""
     prompts = ["<|im_start|>user\n12+7?<|im_end|>\n<|im_start|>assistant\n", "<|im_start|>assistant\n", "9"]
-    enc = tokenizer((prompts * 3)[:7], return_tensors="pt", padding=True, padding_side="left")
+    return tokenizer((prompts * 3)[:7], return_tensors="pt", padding=True, padding_side="left")
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("do_sample", [False, True])
+def test_ended_rows_leave_the_decoding_passes(tokenizer, precision, do_sample):
+    """A row that has emitted an end-of-sequence token leaves the cache and the decoding passes, which then
+    compute fewer rows: the same tokens as plain `generate`, greedy and sampled from one seed (the sampler
+    draws for every row as before)."""
+    plain, fast, accelerator = fast_beside_plain(tokenizer, precision)
+    rows = decoder_calls(fast)
+    enc = seven_prompts(tokenizer)
     # greedy: 5 rows repeat token 5 and end at once, 2 repeat 31 to the end; sampled: 10 of 101 tokens end
     # a row
     eos = [5] if do_sample is False else list(range(5, 15))
@@ -304,17 +316,11 @@ def test_ended_rows_leave_the_decoding_passes(tokenizer, precision, do_sample):
 def test_a_cache_handed_in_keeps_every_row(tokenizer, handed_in):
     """Rows leave only a cache fast_generate made for the call: static_cache.py's (grpo.cache_implementation
     =static) and a caller's keep every row, with the tokens of plain `generate`, as rows end."""
-    from accelerate import Accelerator
-    from accelerate.state import AcceleratorState
     from transformers import DynamicCache, GenerationConfig
 
-    AcceleratorState._reset_state(reset_partial_state=True)
-    plain = tiny_model(tokenizer, seed=2, hidden_size=64)
-    fast = copy.deepcopy(plain)
-    fast_generation.fast_generation(fast, Accelerator(cpu=True, mixed_precision="no"))
+    plain, fast, _ = fast_beside_plain(tokenizer, "no")
     rows = decoder_calls(fast)
-    prompts = ["<|im_start|>user\n12+7?<|im_end|>\n<|im_start|>assistant\n", "<|im_start|>assistant\n", "9"]
-    enc = tokenizer((prompts * 3)[:7], return_tensors="pt", padding=True, padding_side="left")
+    enc = seven_prompts(tokenizer)
     greedy = {"max_new_tokens": 12, "do_sample": False, "eos_token_id": [5]}  # 5 of 7 rows end at once
     greedy["pad_token_id"] = tokenizer.pad_token_id
     if handed_in == "static":
@@ -337,14 +343,7 @@ def test_sampled_generation_of_several_sequences_a_prompt_decodes_on_packed_weig
     """pass@k asks `generate` for several samples a prompt: its decoding passes have prompts x samples rows,
     and take the packed weights too (they fell back to F.linear, reordering every weight at every token);
     the same seed draws the same tokens as plain `generate` under autocast."""
-    from accelerate import Accelerator
-    from accelerate.state import AcceleratorState
-
-    AcceleratorState._reset_state(reset_partial_state=True)
-    plain = tiny_model(tokenizer, seed=2, hidden_size=64)
-    fast = copy.deepcopy(plain)
-    accelerator = Accelerator(cpu=True, mixed_precision=precision)
-    fast_generation.fast_generation(fast, accelerator)
+    plain, fast, accelerator = fast_beside_plain(tokenizer, precision)
     packed_calls, linear_pointwise = [], torch.ops.mkldnn._linear_pointwise
 
     def spy(x, *args):

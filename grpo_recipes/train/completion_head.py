@@ -110,10 +110,10 @@ def pack_completions(model, kwargs: dict, cache, prompt_of, mask, targets) -> Pa
             prompt_rows.append(row)
         where.append((row, bin_, width - room[bin_]))
         room[bin_] -= n
-    rows = torch.tensor([r for r, _, _ in where for _ in range(lengths[r])])
-    offsets = torch.cat([torch.arange(lengths[r]) for r, _, _ in where])
-    bins = torch.tensor([b for r, b, _ in where for _ in range(lengths[r])])
-    slots = torch.tensor([s for r, _, s in where for _ in range(lengths[r])]) + offsets
+    sizes = [lengths[r] for r, _, _ in where]
+    rows, bins, starts = torch.tensor(where).repeat_interleave(torch.tensor(sizes), dim=0).unbind(1)
+    offsets = torch.cat([torch.arange(n) for n in sizes])  # each token's place in its segment
+    slots = starts + offsets
     columns_in_row = first + offsets  # each token's column in its own row: its position, as TRL numbers them
 
     packed_shape = (len(room), width)

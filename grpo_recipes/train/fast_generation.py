@@ -138,12 +138,6 @@ def normal_tensors(out):
     return out
 
 
-def ended_eos(kwargs: dict, config) -> set[int]:
-    """The end-of-sequence ids whose emission ends a row of this `generate` call (none: no row ends early)."""
-    eos = kwargs.get("eos_token_id", config.eos_token_id)
-    return set() if eos is None else {int(t) for t in ([eos] if isinstance(eos, int) else eos)}
-
-
 @contextlib.contextmanager
 def ended_rows_skipped(model, kwargs: dict, config, made: bool):
     """Within it, the decoding passes of a `generate` on a cache the recipe `made` for this call (one handed
@@ -160,9 +154,10 @@ def ended_rows_skipped(model, kwargs: dict, config, made: bool):
     def asked(name):  # a generation setting, passed to this call or in its config
         return kwargs.get(name, getattr(config, name, None))
 
-    eos = ended_eos(kwargs, config)
-    prompt = kwargs["input_ids"].size(1) if kwargs.get("input_ids") is not None else None
-    plain = made and prompt is not None and eos and kwargs.get("past_key_values") is not None
+    eos = asked("eos_token_id")  # whose emission ends a row (none: no row ends early)
+    eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+    # made: on packed weights, so the call passed input_ids; the cache is None for a model it cannot hold
+    plain = made and eos and kwargs.get("past_key_values") is not None
     plain = plain and (asked("num_beams") or 1) == 1 and not kwargs.get("assistant_model")
     unplain = ("output_scores", "output_logits", "output_hidden_states", "output_attentions")
     unplain += ("return_dict_in_generate", "prompt_lookup_num_tokens")
@@ -171,7 +166,7 @@ def ended_rows_skipped(model, kwargs: dict, config, made: bool):
         yield
         return
     before = vars(model).get("forward")  # an instance forward (TRL's head), else the class's
-    forward, eos, state = model.forward, torch.tensor(sorted(eos)), {}
+    forward, eos, state, prompt = model.forward, torch.tensor(eos), {}, kwargs["input_ids"].size(1)
     per_row = ("input_ids", "attention_mask", "position_ids")
 
     @functools.wraps(forward)
