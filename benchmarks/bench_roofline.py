@@ -31,16 +31,20 @@ takes.
    inside `generate`), the model's forwards inside `generate` (decode), the rest of
    `generate` (sampling, the loop), the forwards with gradients (training forward), `backward`, the
    optimizer step, and the rest (rewards, data, logging). Medians over steps 3 onward.
-Prints phase | bound | measured | ratio, and the whole step's ratio: median step / summed bound.
+Prints phase | bound | measured | ratio, and the whole step's ratio: median step / summed bound; then each
+phase's peak RSS (PhaseMemory: generation, training forward, backward, optimizer, the rest), the highest over
+the steps measured.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import resource
 import statistics
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import torch
 import yaml
@@ -157,14 +161,49 @@ def step_bounds(
     }
 
 
+class PhaseMemory:
+    """The peak resident memory of each phase of a step: VmHWM (/proc/self/status), reset at each phase's
+    start through /proc/self/clear_refs (Linux); off where either is missing. What the process peaked at
+    overall (ru_maxrss) also counts the peak measurements' 1 GiB tensor."""
+
+    def __init__(self):
+        try:
+            Path("/proc/self/clear_refs").write_text("5")
+            self.on = self.hwm() is not None
+        except OSError:
+            self.on = False
+        self.phase, self.step = None, {}
+
+    @staticmethod
+    def hwm() -> float | None:
+        match = re.search(r"VmHWM:\s+(\d+) kB", Path("/proc/self/status").read_text())
+        return int(match.group(1)) / 2**20 if match else None  # GiB
+
+    def enter(self, phase: str) -> None:
+        """The phase that starts now; the one before it ends."""
+        if not self.on:
+            return
+        if self.phase is not None:
+            self.step[self.phase] = max(self.step.get(self.phase, 0.0), self.hwm())
+        Path("/proc/self/clear_refs").write_text("5")
+        self.phase = phase
+
+    def take(self) -> dict[str, float]:
+        """This step's peak per phase (GiB), and a fresh step (in "the rest" until a phase starts)."""
+        self.enter("the rest")
+        step, self.step = self.step, {}
+        return step
+
+
 class PhaseClock:
     """Times the model's forwards by phase (hooks: whatever wraps `forward`, the hooks see every call) and
     what `generate` spends outside them. The recipe prefills each distinct prompt through the decoder body
     alone (train/fast_generation.py): a body pass inside `generate` but outside a model pass is the prefill,
     and every model pass of that `generate` a decoding pass."""
 
-    def __init__(self, model, device):
+    def __init__(self, model, device, memory: PhaseMemory):
         self.device, self.parts, self.in_generate, self.calls = device, defaultdict(float), False, 0
+        self.memory = memory
         self.prefilled = self.ever_prefilled = self.in_model = self.shared_prompts = False
         self.body_calls, self.pass_rows, self.decode_rows = 0, None, []  # rows of this step's decoding passes
         model.register_forward_pre_hook(self.before)
@@ -176,6 +215,8 @@ class PhaseClock:
     def before(self, module, args):
         sync(self.device)
         self.start, self.in_model, self.body_calls, self.pass_rows = time.perf_counter(), True, 0, None
+        if not self.in_generate:
+            self.memory.enter("training forward")
 
     def after(self, module, args, output):
         sync(self.device)
@@ -213,11 +254,13 @@ class PhaseClock:
 
         def timed(*args, **kwargs):
             self.in_generate, self.calls, self.forward_in_generate, self.prefilled = True, 0, 0.0, False
+            self.memory.enter("generation")
             start = time.perf_counter()
             try:
                 return generate(*args, **kwargs)
             finally:
                 sync(self.device)
+                self.memory.enter("the rest")
                 total = time.perf_counter() - start
                 self.parts["sampling and the generate loop"] += total - self.forward_in_generate
                 self.in_generate = False
@@ -230,11 +273,13 @@ class PhaseClock:
         def call(*args, **kwargs):
             sync(self.device)
             start = time.perf_counter()
+            self.memory.enter(label)
             try:
                 return original(*args, **kwargs)
             finally:
                 sync(self.device)
                 self.parts[label] += time.perf_counter() - start
+                self.memory.enter("the rest")
 
         setattr(obj, name, call)
 
@@ -273,7 +318,8 @@ def main() -> None:
 
     import tempfile
 
-    clock, phases = StepClock(), PhaseClock(model, device)
+    memory = PhaseMemory()
+    clock, phases = StepClock(), PhaseClock(model, device, memory)
     with tempfile.TemporaryDirectory() as out:
         config = RecipeGRPOConfig(
             output_dir=out,
@@ -301,13 +347,15 @@ def main() -> None:
             def on_pre_optimizer_step(self, *a, **kw):
                 sync(device)
                 self.start = time.perf_counter()
+                memory.enter("optimizer")
 
             def on_optimizer_step(self, *a, **kw):
                 sync(device)
                 phases.parts["optimizer"] += time.perf_counter() - self.start
+                memory.enter("the rest")
 
             def on_step_end(self, *a, **kw):
-                per_step.append(dict(phases.parts, decode_rows=phases.decode_rows))
+                per_step.append(dict(phases.parts, decode_rows=phases.decode_rows, memory=memory.take()))
                 phases.parts.clear()
                 phases.decode_rows = []
 
@@ -364,9 +412,16 @@ def main() -> None:
         print(f"| {name} | {bound:.3f} | {measured[name]:.3f} | {ratio} |")
     total = sum(bounds.values())
     print(f"| **whole step** | **{total:.3f}** | **{step:.3f}** | **{step / total:.1f}x** |")
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    print(f"\npeak RSS of this process {rss:.2f} GiB; {faults / len(per_step):,.0f} minor page faults a step")
+    print(f"\n{faults / len(per_step):,.0f} minor page faults a step")
+    if memory.on:  # each phase's highest peak over the steps measured
+        peaks = defaultdict(float)
+        for parts in per_step[skip:]:
+            for phase, gib in parts["memory"].items():
+                peaks[phase] = max(peaks[phase], gib)
+        order = ("generation", "training forward", "backward", "optimizer", "the rest")
+        said = ", ".join(f"{phase} {peaks[phase]:.2f}" for phase in order if phase in peaks)
+        print(f"peak RSS by phase, steps {skip + 1}-{len(per_step)} (GiB): {said}")
 
 
 if __name__ == "__main__":
