@@ -224,25 +224,41 @@ def test_large_micro_batches_keep_trls_head(tokenizer, monkeypatch):
     assert torch.equal(got.log_probs, expected.log_probs) and torch.equal(grads, expected_grads)
 
 
+def fast_beside_plain(tokenizer, precision: str, plain=None, prepare=None):
+    """(plain, fast, accelerator, installed): `plain` (a tiny model by default), and a copy generating through
+    fast_generation in `precision` (accelerate's mixed_precision) under a fresh accelerate state (as
+    accelerate's own tests do), `prepare(fast)` called before, and the line it logged."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    plain = tiny_model(tokenizer, seed=2, hidden_size=64) if plain is None else plain
+    fast = copy.deepcopy(plain)
+    if prepare is not None:
+        prepare(fast)
+    accelerator = Accelerator(cpu=True, mixed_precision=precision)
+    return plain, fast, accelerator, fast_generation.fast_generation(fast, accelerator)
+
+
+def seven_prompts(tokenizer):
+    """7 left-padded chat prompts of 3 kinds, as `generate` takes them."""
+    prompts = ["<|im_start|>user\n12+7?<|im_end|>\n<|im_start|>assistant\n", "<|im_start|>assistant\n", "9"]
+    return tokenizer((prompts * 3)[:7], return_tensors="pt", padding=True, padding_side="left")
+
+
 @pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("rows", [1, 2, 7])
 def test_generation_is_unchanged(tokenizer, rows, precision):
     """Same greedy tokens with the fast paths installed (one autocast context, packed weights, the KV cache
     in buffers; in fp32 no autocast) at several batch sizes; the forward keeps the class's signature, from
     which `generate` decides to pass position_ids for left-padded prompts."""
-    from accelerate import Accelerator
-    from accelerate.state import AcceleratorState
     from trl.trainer.utils import add_fused_lm_head
 
-    AcceleratorState._reset_state(
-        reset_partial_state=True
-    )  # as accelerate's own tests do: a fresh state for this precision
-    plain = tiny_model(tokenizer, seed=2, hidden_size=64)
-    fast = copy.deepcopy(plain)
-    add_fused_lm_head(fast, outputs=("log_probs", "entropy"))
-    completion_logprob_head(fast, temperature=1.0)
-    accelerator = Accelerator(cpu=True, mixed_precision=precision)
-    installed = fast_generation.fast_generation(fast, accelerator)
+    def heads(fast):  # as TRL and fast_paths install them
+        add_fused_lm_head(fast, outputs=("log_probs", "entropy"))
+        completion_logprob_head(fast, temperature=1.0)
+
+    plain, fast, accelerator, installed = fast_beside_plain(tokenizer, precision, prepare=heads)
     assert installed == generation_line(precision)
     assert (
         inspect.signature(fast.forward).parameters.keys()
@@ -264,33 +280,13 @@ def test_generation_is_unchanged(tokenizer, rows, precision):
     fast(input_ids=got).logits.float().logsumexp(-1).mean().backward()
 
 
-def fast_beside_plain(tokenizer, precision: str):
-    """(plain, fast, accelerator): a tiny model, and a copy generating through fast_generation in
-    `precision` (accelerate's mixed_precision), under a fresh accelerate state."""
-    from accelerate import Accelerator
-    from accelerate.state import AcceleratorState
-
-    AcceleratorState._reset_state(reset_partial_state=True)
-    plain = tiny_model(tokenizer, seed=2, hidden_size=64)
-    fast = copy.deepcopy(plain)
-    accelerator = Accelerator(cpu=True, mixed_precision=precision)
-    fast_generation.fast_generation(fast, accelerator)
-    return plain, fast, accelerator
-
-
-def seven_prompts(tokenizer):
-    """7 left-padded chat prompts of 3 kinds, as `generate` takes them."""
-    prompts = ["<|im_start|>user\n12+7?<|im_end|>\n<|im_start|>assistant\n", "<|im_start|>assistant\n", "9"]
-    return tokenizer((prompts * 3)[:7], return_tensors="pt", padding=True, padding_side="left")
-
-
 @pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("do_sample", [False, True])
 def test_ended_rows_leave_the_decoding_passes(tokenizer, precision, do_sample):
     """A row that has emitted an end-of-sequence token leaves the cache and the decoding passes, which then
     compute fewer rows: the same tokens as plain `generate`, greedy and sampled from one seed (the sampler
     draws for every row as before)."""
-    plain, fast, accelerator = fast_beside_plain(tokenizer, precision)
+    plain, fast, accelerator, _ = fast_beside_plain(tokenizer, precision)
     rows = decoder_calls(fast)
     enc = seven_prompts(tokenizer)
     # greedy: 5 rows repeat token 5 and end at once, 2 repeat 31 to the end; sampled: 10 of 101 tokens end
@@ -318,7 +314,7 @@ def test_a_cache_handed_in_keeps_every_row(tokenizer, handed_in):
     =static) and a caller's keep every row, with the tokens of plain `generate`, as rows end."""
     from transformers import DynamicCache, GenerationConfig
 
-    plain, fast, _ = fast_beside_plain(tokenizer, "no")
+    plain, fast, *_ = fast_beside_plain(tokenizer, "no")
     rows = decoder_calls(fast)
     enc = seven_prompts(tokenizer)
     greedy = {"max_new_tokens": 12, "do_sample": False, "eos_token_id": [5]}  # 5 of 7 rows end at once
@@ -343,7 +339,7 @@ def test_sampled_generation_of_several_sequences_a_prompt_decodes_on_packed_weig
     """pass@k asks `generate` for several samples a prompt: its decoding passes have prompts x samples rows,
     and take the packed weights too (they fell back to F.linear, reordering every weight at every token);
     the same seed draws the same tokens as plain `generate` under autocast."""
-    plain, fast, accelerator = fast_beside_plain(tokenizer, precision)
+    plain, fast, accelerator, _ = fast_beside_plain(tokenizer, precision)
     packed_calls, linear_pointwise = [], torch.ops.mkldnn._linear_pointwise
 
     def spy(x, *args):
@@ -369,14 +365,7 @@ def test_sampled_generation_of_several_sequences_a_prompt_decodes_on_packed_weig
 def test_each_distinct_prompt_is_prefilled_once(tokenizer, precision):
     """GRPO's rows repeat each prompt: the prompt goes through the model once, the cache is expanded to its
     rows, and generation continues as from a prefill of every row (bf16 rounding apart)."""
-    from accelerate import Accelerator
-    from accelerate.state import AcceleratorState
-
-    AcceleratorState._reset_state(reset_partial_state=True)
-    plain = tiny_model(tokenizer, seed=2, hidden_size=64)
-    fast = copy.deepcopy(plain)
-    accelerator = Accelerator(cpu=True, mixed_precision=precision)
-    fast_generation.fast_generation(fast, accelerator)
+    plain, fast, accelerator, _ = fast_beside_plain(tokenizer, precision)
     rows, head_rows = decoder_calls(fast), []
     fast.lm_head.register_forward_pre_hook(lambda m, args: head_rows.append(args[0].shape[0]))
     prompts = ["<|im_start|>user\n12+7?<|im_end|>\n", "<|im_start|>assistant\n"] * 3
@@ -402,15 +391,9 @@ def test_a_static_cache_asked_for_is_made_once_and_generates_what_the_default_ca
     values bf16, which transformers' own static cache cannot store (a step failed on it); the recipe's keeps
     both in bf16, is made once per shape and reset for the next call (the same tensors: a compiled decoding
     step replays its CUDA graphs), and greedy tokens are the default cache's."""
-    from accelerate import Accelerator
-    from accelerate.state import AcceleratorState
     from transformers import GenerationConfig, cache_utils
 
-    AcceleratorState._reset_state(reset_partial_state=True)
-    plain = tiny_model(tokenizer, seed=2, hidden_size=64)
-    fast = copy.deepcopy(plain)
-    accelerator = Accelerator(cpu=True, mixed_precision="bf16")
-    fast_generation.fast_generation(fast, accelerator)
+    plain, fast, accelerator, _ = fast_beside_plain(tokenizer, "bf16")
     static_cache_generation(fast)  # as fast_paths.apply installs it, over fast_generate
     made, used = [], []
 
@@ -455,8 +438,6 @@ def test_a_static_cache_the_recipe_cannot_hold_falls_back_to_the_dynamic_one_and
 ):
     """Layers of another kind (sliding windows, ...): transformers' own static cache would fail under autocast
     as above, so generate falls back to its default cache, with one warning."""
-    from accelerate import Accelerator
-    from accelerate.state import AcceleratorState
     from transformers import GenerationConfig, cache_utils
 
     class Sliding(cache_utils.StaticCache):
@@ -464,12 +445,8 @@ def test_a_static_cache_the_recipe_cannot_hold_falls_back_to_the_dynamic_one_and
             super().__init__(*args, **kwargs)
             self.layers = [cache_utils.StaticSlidingWindowLayer(8, 4) for _ in self.layers]
 
-    AcceleratorState._reset_state(reset_partial_state=True)
     monkeypatch.setattr(cache_utils, "StaticCache", Sliding)
-    plain = tiny_model(tokenizer, seed=2, hidden_size=64)
-    fast = copy.deepcopy(plain)
-    accelerator = Accelerator(cpu=True, mixed_precision="bf16")
-    fast_generation.fast_generation(fast, accelerator)
+    plain, fast, accelerator, _ = fast_beside_plain(tokenizer, "bf16")
     static_cache_generation(fast)
     enc = tokenizer(["9", "<|im_start|>assistant\n"], return_tensors="pt", padding=True, padding_side="left")
     greedy = {"max_new_tokens": 8, "do_sample": False, "pad_token_id": tokenizer.pad_token_id}
@@ -491,15 +468,11 @@ def test_a_static_cache_the_recipe_cannot_hold_falls_back_to_the_dynamic_one_and
 def test_a_model_that_is_its_own_decoder_is_prefilled_with_one_position_of_logits(tokenizer, precision):
     """transformers' get_decoder returns the model itself for some (Mllama): the prefill then keeps one
     position's logits, and generation is unchanged."""
-    from accelerate import Accelerator
-    from accelerate.state import AcceleratorState
 
-    AcceleratorState._reset_state(reset_partial_state=True)
-    plain = tiny_model(tokenizer, seed=2, hidden_size=64)
-    fast = copy.deepcopy(plain)
-    fast.get_decoder = lambda: fast
-    accelerator = Accelerator(cpu=True, mixed_precision=precision)
-    fast_generation.fast_generation(fast, accelerator)
+    def own_decoder(fast):
+        fast.get_decoder = lambda: fast
+
+    plain, fast, accelerator, _ = fast_beside_plain(tokenizer, precision, prepare=own_decoder)
     head_rows = []
     fast.lm_head.register_forward_pre_hook(lambda m, args: head_rows.append(tuple(args[0].shape[:2])))
     enc = tokenizer(["<|im_start|>user\n12+7?<|im_end|>\n"] * 3, return_tensors="pt", padding=True)
@@ -548,34 +521,28 @@ def test_packed_fp32_linears_compute_f_linear_within_fp32_rounding():
 def test_a_linear_whose_forward_was_replaced_keeps_it(tokenizer):
     """TRL's `cast_lm_head_to_fp32` replaces the LM head's forward on the instance: packing leaves that
     Linear alone, and its forward is still TRL's after `generate`."""
-    from accelerate import Accelerator
-    from accelerate.state import AcceleratorState
+    calls, replaced = [], []
 
-    AcceleratorState._reset_state(reset_partial_state=True)
-    model = tiny_model(tokenizer, seed=2, hidden_size=64)
-    calls = []
-    head = model.lm_head
-    head.forward = lambda x: (
-        calls.append(x.shape) or torch.nn.functional.linear(x.float(), head.weight.float())
-    )
-    replaced = head.forward
-    fast_generation.fast_generation(model, Accelerator(cpu=True, mixed_precision="no"))
+    def fp32_head(fast):  # as cast_lm_head_to_fp32 replaces it
+        head = fast.lm_head
+        head.forward = lambda x: (
+            calls.append(x.shape) or torch.nn.functional.linear(x.float(), head.weight.float())
+        )
+        replaced.append(head.forward)
+
+    _, fast, *_ = fast_beside_plain(tokenizer, "no", prepare=fp32_head)
+    head = fast.lm_head
     enc = tokenizer(["9", "9"], return_tensors="pt")
     with torch.no_grad():
-        model.generate(**enc, max_new_tokens=3, do_sample=False, pad_token_id=tokenizer.pad_token_id)
-    assert vars(head)["forward"] is replaced and len(calls) >= 3  # every pass through TRL's head
+        fast.generate(**enc, max_new_tokens=3, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+    assert vars(head)["forward"] is replaced[0] and len(calls) >= 3  # every pass through TRL's head
 
 
 def test_bf16_weights_without_autocast_decode_in_bf16_or_say_why_not(tokenizer):
     """bf16 weights and no autocast (model.dtype=bf16, grpo.bf16=false): packed as bf16 where oneDNN packs
     bf16, else unpacked with the reason; the greedy tokens of plain `generate` either way."""
-    from accelerate import Accelerator
-    from accelerate.state import AcceleratorState
-
-    AcceleratorState._reset_state(reset_partial_state=True)
-    plain = tiny_model(tokenizer, seed=2, hidden_size=64).to(torch.bfloat16)
-    fast = copy.deepcopy(plain)
-    installed = fast_generation.fast_generation(fast, Accelerator(cpu=True, mixed_precision="no"))
+    bf16 = tiny_model(tokenizer, seed=2, hidden_size=64).to(torch.bfloat16)
+    plain, fast, _, installed = fast_beside_plain(tokenizer, "no", plain=bf16)
     if PACKS_BF16:
         assert installed == "generation without autocast, on packed bf16 weights, q/k/v in one GEMM"
     else:
@@ -596,17 +563,12 @@ def test_llama_layers_decode_q_k_v_in_one_packed_gemm(tokenizer, monkeypatch, do
     (and no GEMM of their own): the same tokens as plain `generate` (under autocast), greedy and, from one
     seed, sampled; in bf16 the same scores bit for bit, in fp32 within its rounding. A layer's forward set
     before (compile_layers') is back after."""
-    from accelerate import Accelerator
-    from accelerate.state import AcceleratorState
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    AcceleratorState._reset_state(reset_partial_state=True)
     config = tiny_model(tokenizer, hidden_size=64).config.to_dict() | {"intermediate_size": 192}
     torch.manual_seed(3)
-    plain = LlamaForCausalLM(LlamaConfig(**config))  # its MLP's 192 columns apart from q/k/v's 128
-    fast = copy.deepcopy(plain)
-    accelerator = Accelerator(cpu=True, mixed_precision=precision)
-    fast_generation.fast_generation(fast, accelerator)
+    llama = LlamaForCausalLM(LlamaConfig(**config))  # its MLP's 192 columns apart from q/k/v's 128
+    plain, fast, accelerator, _ = fast_beside_plain(tokenizer, precision, plain=llama)
     compiled = functools.partial(type(fast.model.layers[0]).forward, fast.model.layers[0])
     fast.model.layers[0].forward = compiled
     columns, linear_pointwise = [], torch.ops.mkldnn._linear_pointwise
@@ -649,17 +611,12 @@ def test_llama_layers_decode_q_k_v_in_one_packed_gemm(tokenizer, monkeypatch, do
 def test_layers_decoding_layer_cannot_reproduce_keep_q_k_v_apart_and_say_so(tokenizer, precision):
     """q, k and v with biases (or any layer but transformers' Llama one) keep their own packed GEMMs, the same
     tokens as plain `generate`, and the install line says why."""
-    from accelerate import Accelerator
-    from accelerate.state import AcceleratorState
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    AcceleratorState._reset_state(reset_partial_state=True)
     config = tiny_model(tokenizer, hidden_size=64).config.to_dict() | {"attention_bias": True}
     torch.manual_seed(0)
-    plain = LlamaForCausalLM(LlamaConfig(**config))
-    fast = copy.deepcopy(plain)
-    accelerator = Accelerator(cpu=True, mixed_precision=precision)
-    installed = fast_generation.fast_generation(fast, accelerator)
+    biased = LlamaForCausalLM(LlamaConfig(**config))
+    plain, fast, accelerator, installed = fast_beside_plain(tokenizer, precision, plain=biased)
     assert installed.endswith(
         "q/k/v in one GEMM off: not transformers' Llama layers with bias-free q/k/v (LlamaDecoderLayer)"
     )
@@ -722,15 +679,8 @@ def test_decode_attention_is_sdpas_within_bf16_rounding():
 def test_decode_attention_only_where_generate_samples(tokenizer, monkeypatch):
     """The recipe's attention takes decode_attention in the decoding passes of a sampling `generate` only:
     greedy generation (the fixed eval) keeps SDPA, token for token the plain model's."""
-    from accelerate import Accelerator
-    from accelerate.state import AcceleratorState
-
-    AcceleratorState._reset_state(reset_partial_state=True)
-    plain = tiny_model(tokenizer, seed=2, hidden_size=64)
-    fast = copy.deepcopy(plain)
-    accelerator = Accelerator(cpu=True, mixed_precision="bf16")
+    plain, fast, accelerator, _ = fast_beside_plain(tokenizer, "bf16")
     assert attention.recipe_attention(fast) is None
-    fast_generation.fast_generation(fast, accelerator)
     calls = []
     decode = attention.decode_attention
     monkeypatch.setattr(
