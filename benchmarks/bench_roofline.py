@@ -422,6 +422,9 @@ def main() -> None:
         order = ("generation", "training forward", "backward", "optimizer", "the rest")
         said = ", ".join(f"{phase} {peaks[phase]:.2f}" for phase in order if phase in peaks)
         print(f"peak RSS by phase, steps {skip + 1}-{len(per_step)} (GiB): {said}")
+    else:
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+        print(f"peak RSS of this process {rss:.2f} GiB (the peak measurements' 1 GiB tensor included)")
 
 
 if __name__ == "__main__":
